@@ -1,0 +1,41 @@
+# Tidemark: `make setup` once (idempotent), then `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+JARS_STAMP := $(VENV)/share/tidemark/jars/.resolved
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: setup test test-fast lint format clean
+
+setup: $(VENV)/.installed $(JARS_STAMP)
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
+	@command -v java >/dev/null || { echo "need a Java 17 runtime (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(JARS_STAMP): $(VENV)/.installed spark_jobs/jars.py
+	$(PY) -m spark_jobs.jars
+	touch $@
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: setup lint
+	$(VENV)/bin/pytest
+
+test-fast: setup
+	$(VENV)/bin/pytest -m "not slow and not spark"
+
+clean:
+	rm -rf $(VENV) lakehouse .pytest_cache .ruff_cache .hypothesis

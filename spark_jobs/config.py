@@ -1,0 +1,466 @@
+"""The pipeline file (DESIGN §3): one YAML file per pipeline, loaded into one
+typed, immutable object and validated in one place.
+
+Every error is a :class:`ConfigError` naming the field path (``window.slide``,
+``measures.speed``...) and what is wrong with it. Durations are written with a
+unit: ``500ms``, ``5s``, ``30m``, ``1h``, ``1d``.
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spark_jobs.eventtime.generators import STRATEGIES, WatermarkSpec
+from spark_jobs.eventtime.model import AGGREGATES, Rules
+from spark_jobs.eventtime.windows import WindowSpec
+
+PIPELINE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DURATION = re.compile(r"^\s*(-?\d+)\s*(ms|s|m|h|d)\s*$")
+UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+SOURCE_KINDS = ("files", "kafka")
+FILE_FORMATS = ("json", "csv")
+EPOCH_FORMATS = ("epoch_seconds", "epoch_millis")
+NAMED_TIME_FORMATS = (*EPOCH_FORMATS, "iso8601")
+TIME_CHARACTERISTICS = ("event", "ingestion", "processing")
+WINDOW_TYPES = ("tumbling", "sliding")
+COLUMN_TYPES = ("string", "int", "long", "double", "float", "boolean", "timestamp", "date")
+NUMERIC_TYPES = ("int", "long", "double", "float")
+NOT_MERGEABLE = ("median", "percentile", "stddev", "variance", "first", "last", "mode", "count_distinct")
+# Columns every silver row has; a measure must not shadow them.
+SILVER_RESERVED = (
+    "window_start",
+    "window_end",
+    "record_count",
+    "revision",
+    "status",
+    "late_merged_count",
+    "updated_at",
+)
+
+
+class ConfigError(ValueError):
+    """A pipeline file is wrong; ``field`` is the dotted path of the culprit."""
+
+    def __init__(self, field: str, problem: str, source: str | None = None) -> None:
+        self.field = field
+        self.problem = problem
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}{field}: {problem}")
+
+
+def parse_duration(value: Any, field: str, allow_zero: bool = True) -> int:
+    """``'5s'`` -> 5000 (milliseconds)."""
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise ConfigError(field, f"expected a duration with a unit such as 500ms, 5s, 30m, 1h; got {value!r}")
+    match = DURATION.match(value)
+    if not match:
+        raise ConfigError(field, f"expected a duration such as 500ms, 5s, 30m, 1h; got {value!r}")
+    amount = int(match.group(1)) * UNIT_MS[match.group(2)]
+    if amount < 0:
+        raise ConfigError(field, f"must not be negative; got {value!r}")
+    if amount == 0 and not allow_zero:
+        raise ConfigError(field, f"must be positive; got {value!r}")
+    return amount
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    kind: str
+    path: str | None = None
+    format: str = "json"
+    bootstrap_servers: str | None = None
+    topic: str | None = None
+    starting_offsets: str = "earliest"
+    max_offsets_per_trigger: int | None = None
+    max_files_per_trigger: int | None = None
+
+
+@dataclass(frozen=True)
+class EventTimeConfig:
+    column: str
+    format: str
+    timezone: str = "UTC"
+    max_future_skew_ms: int = 3_600_000
+
+    @property
+    def is_epoch(self) -> bool:
+        return self.format in EPOCH_FORMATS
+
+
+@dataclass(frozen=True)
+class GoldConfig:
+    name: str
+    grain_ms: int
+    group_by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OfflineConfig:
+    timeout_ms: int
+    key: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str
+    source: SourceConfig
+    schema: Mapping[str, str]
+    event_time: EventTimeConfig
+    key: tuple[str, ...]
+    watermark: WatermarkSpec
+    window: WindowSpec
+    time_characteristic: str = "event"
+    partition_column: str | None = None
+    allowed_lateness_ms: int = 0
+    measures: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    gold: GoldConfig | None = None
+    offline: OfflineConfig | None = None
+    source_file: str | None = None
+
+    @property
+    def measure_columns(self) -> list[str]:
+        return [f"{column}_{fn}" for column, functions in self.measures.items() for fn in functions]
+
+    def rules(self, partitions: tuple = ()) -> Rules:
+        """The event-time rules of this pipeline, as the reference model takes them."""
+        return Rules(
+            window=self.window,
+            watermark=self.watermark,
+            allowed_lateness_ms=self.allowed_lateness_ms,
+            key=self.key,
+            measures=self.measures,
+            partitions=partitions,
+        )
+
+
+def load_pipeline(path: str | Path) -> PipelineConfig:
+    """Read and validate one pipeline file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError("<file>", f"cannot read {path}: {error.strerror}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError("<file>", f"not valid YAML: {error}", str(path)) from None
+    try:
+        return parse_pipeline(document, source_file=str(path))
+    except ConfigError as error:
+        raise ConfigError(error.field, error.problem, str(path)) from None
+
+
+def parse_pipeline(document: Any, source_file: str | None = None) -> PipelineConfig:
+    """Validate a parsed YAML document; raises :class:`ConfigError`."""
+    top = _mapping(document, "<root>")
+    known = {
+        "pipeline",
+        "source",
+        "schema",
+        "event_time",
+        "time_characteristic",
+        "partition_column",
+        "key",
+        "watermark",
+        "window",
+        "allowed_lateness",
+        "measures",
+        "gold",
+        "offline",
+    }
+    _reject_unknown(top, known, "")
+    name = _required(top, "pipeline", "")
+    if not isinstance(name, str) or not PIPELINE_NAME.match(name):
+        raise ConfigError("pipeline", f"must match [a-z][a-z0-9_]* (it prefixes table names); got {name!r}")
+
+    schema = _schema(_required(top, "schema", ""))
+    source = _source(_required(top, "source", ""))
+    event_time = _event_time(_required(top, "event_time", ""), schema)
+    characteristic = top.get("time_characteristic", "event")
+    _one_of(characteristic, TIME_CHARACTERISTICS, "time_characteristic")
+
+    partition_column = top.get("partition_column")
+    if partition_column is not None:
+        _column(partition_column, schema, "partition_column")
+    elif source.kind == "files":
+        raise ConfigError(
+            "partition_column",
+            "required for a files source (the column naming each record's source partition)",
+        )
+
+    key = _columns(_required(top, "key", ""), schema, "key")
+    watermark = _watermark(_required(top, "watermark", ""), schema)
+    window = _window(_required(top, "window", ""))
+    lateness = parse_duration(top.get("allowed_lateness", "0s"), "allowed_lateness")
+    measures = _measures(top.get("measures") or {}, schema)
+    gold = _gold(top["gold"], key, window) if top.get("gold") is not None else None
+    offline = _offline(top["offline"], key, schema) if top.get("offline") is not None else None
+    return PipelineConfig(
+        name=name,
+        source=source,
+        schema=schema,
+        event_time=event_time,
+        key=key,
+        watermark=watermark,
+        window=window,
+        time_characteristic=characteristic,
+        partition_column=partition_column,
+        allowed_lateness_ms=lateness,
+        measures=measures,
+        gold=gold,
+        offline=offline,
+        source_file=source_file,
+    )
+
+
+def _mapping(value: Any, field: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(field, f"expected a mapping; got {type(value).__name__}")
+    return value
+
+
+def _required(section: Mapping[str, Any], name: str, prefix: str) -> Any:
+    path = f"{prefix}{name}"
+    if name not in section or section[name] is None:
+        raise ConfigError(path, "is required")
+    return section[name]
+
+
+def _reject_unknown(section: Mapping[str, Any], known: set[str], prefix: str) -> None:
+    for name in section:
+        if name not in known:
+            raise ConfigError(f"{prefix}{name}", f"unknown field; expected one of {', '.join(sorted(known))}")
+
+
+def _one_of(value: Any, allowed: tuple[str, ...], field: str) -> str:
+    if value not in allowed:
+        raise ConfigError(field, f"unknown value {value!r}; expected one of {', '.join(allowed)}")
+    return value
+
+
+def _positive_int(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(field, f"expected a positive integer; got {value!r}")
+    return value
+
+
+def _column(name: Any, schema: Mapping[str, str], field: str) -> str:
+    if not isinstance(name, str) or name not in schema:
+        raise ConfigError(field, f"{name!r} is not a column of the schema ({', '.join(schema)})")
+    return name
+
+
+def _columns(value: Any, schema: Mapping[str, str], field: str) -> tuple[str, ...]:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names:
+        raise ConfigError(field, "expected a non-empty list of column names")
+    for index, name in enumerate(names):
+        _column(name, schema, f"{field}[{index}]")
+    if len(set(names)) != len(names):
+        raise ConfigError(field, f"lists a column twice: {names}")
+    return tuple(names)
+
+
+def _schema(value: Any) -> dict[str, str]:
+    section = _mapping(value, "schema")
+    if not section:
+        raise ConfigError("schema", "must name at least one column")
+    schema = {}
+    for name, type_name in section.items():
+        if not isinstance(name, str) or not IDENTIFIER.match(name):
+            raise ConfigError(f"schema.{name}", "column names must match [A-Za-z_][A-Za-z0-9_]*")
+        schema[name] = _one_of(type_name, COLUMN_TYPES, f"schema.{name}")
+    return schema
+
+
+def _source(value: Any) -> SourceConfig:
+    section = _mapping(value, "source")
+    known = {
+        "kind",
+        "path",
+        "format",
+        "bootstrap_servers",
+        "topic",
+        "starting_offsets",
+        "max_offsets_per_trigger",
+        "max_files_per_trigger",
+    }
+    _reject_unknown(section, known, "source.")
+    kind = _one_of(_required(section, "kind", "source."), SOURCE_KINDS, "source.kind")
+    limits = {}
+    for limit in ("max_offsets_per_trigger", "max_files_per_trigger"):
+        if section.get(limit) is not None:
+            limits[limit] = _positive_int(section[limit], f"source.{limit}")
+    if kind == "files":
+        path = _required(section, "path", "source.")
+        if not isinstance(path, str) or not path.strip():
+            raise ConfigError("source.path", "expected a folder path")
+        file_format = _one_of(section.get("format", "json"), FILE_FORMATS, "source.format")
+        return SourceConfig(kind=kind, path=path, format=file_format, **limits)
+    servers = _required(section, "bootstrap_servers", "source.")
+    topic = _required(section, "topic", "source.")
+    if not isinstance(servers, str) or not servers.strip():
+        raise ConfigError("source.bootstrap_servers", "expected host:port[,host:port...]")
+    if not isinstance(topic, str) or not re.match(r"^[A-Za-z0-9._-]+$", topic):
+        raise ConfigError("source.topic", f"not a valid Kafka topic name: {topic!r}")
+    offsets = _one_of(
+        section.get("starting_offsets", "earliest"), ("earliest", "latest"), "source.starting_offsets"
+    )
+    return SourceConfig(
+        kind=kind, bootstrap_servers=servers, topic=topic, starting_offsets=offsets, format="json", **limits
+    )
+
+
+def _event_time(value: Any, schema: Mapping[str, str]) -> EventTimeConfig:
+    section = _mapping(value, "event_time")
+    _reject_unknown(section, {"column", "format", "timezone", "max_future_skew"}, "event_time.")
+    column = _column(_required(section, "column", "event_time."), schema, "event_time.column")
+    time_format = _required(section, "format", "event_time.")
+    if not isinstance(time_format, str) or not time_format.strip():
+        raise ConfigError(
+            "event_time.format", "expected epoch_seconds, epoch_millis, iso8601 or a datetime pattern"
+        )
+    if time_format not in NAMED_TIME_FORMATS and "y" not in time_format and "u" not in time_format:
+        raise ConfigError(
+            "event_time.format",
+            f"unknown format {time_format!r}; expected epoch_seconds, epoch_millis, iso8601 "
+            "or a Spark datetime pattern with a year, such as 'yyyy-MM-dd HH:mm:ss'",
+        )
+    column_type = schema[column]
+    if time_format in EPOCH_FORMATS:
+        if column_type not in (*NUMERIC_TYPES, "string"):
+            raise ConfigError(
+                "event_time.column",
+                f"{time_format} needs a numeric or string column; {column} is {column_type}",
+            )
+    elif column_type != "string":
+        raise ConfigError(
+            "event_time.column", f"format {time_format!r} parses text; {column} is {column_type}"
+        )
+    timezone = section.get("timezone", "UTC")
+    try:
+        zoneinfo.ZoneInfo(str(timezone))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ConfigError("event_time.timezone", f"unknown time zone {timezone!r}") from None
+    skew = parse_duration(
+        section.get("max_future_skew", "1h"), "event_time.max_future_skew", allow_zero=False
+    )
+    return EventTimeConfig(column=column, format=time_format, timezone=str(timezone), max_future_skew_ms=skew)
+
+
+def _watermark(value: Any, schema: Mapping[str, str]) -> WatermarkSpec:
+    section = _mapping(value, "watermark")
+    _reject_unknown(section, {"strategy", "max_out_of_orderness", "idleness", "marker_column"}, "watermark.")
+    strategy = _one_of(_required(section, "strategy", "watermark."), STRATEGIES, "watermark.strategy")
+    bound = 0
+    if strategy == "bounded":
+        bound = parse_duration(
+            _required(section, "max_out_of_orderness", "watermark."), "watermark.max_out_of_orderness"
+        )
+    elif "max_out_of_orderness" in section:
+        raise ConfigError(
+            "watermark.max_out_of_orderness", f"only applies to the bounded strategy, not {strategy}"
+        )
+    marker = None
+    if strategy == "punctuated":
+        marker = _column(_required(section, "marker_column", "watermark."), schema, "watermark.marker_column")
+    elif "marker_column" in section:
+        raise ConfigError(
+            "watermark.marker_column", f"only applies to the punctuated strategy, not {strategy}"
+        )
+    idleness = None
+    if section.get("idleness") is not None:
+        idleness = parse_duration(section["idleness"], "watermark.idleness", allow_zero=False)
+    return WatermarkSpec(
+        strategy=strategy, max_out_of_orderness_ms=bound, idleness_ms=idleness, marker_column=marker
+    )
+
+
+def _window(value: Any) -> WindowSpec:
+    section = _mapping(value, "window")
+    _reject_unknown(section, {"type", "size", "slide", "offset"}, "window.")
+    window_type = _one_of(_required(section, "type", "window."), WINDOW_TYPES, "window.type")
+    size = parse_duration(_required(section, "size", "window."), "window.size", allow_zero=False)
+    if window_type == "sliding":
+        slide = parse_duration(_required(section, "slide", "window."), "window.slide", allow_zero=False)
+        if slide > size:
+            raise ConfigError(
+                "window.slide", f"must not exceed window.size ({section['slide']} > {section['size']})"
+            )
+    elif "slide" in section:
+        raise ConfigError("window.slide", "only applies to sliding windows")
+    else:
+        slide = size
+    offset = parse_duration(section.get("offset", "0s"), "window.offset")
+    if offset >= slide:
+        raise ConfigError(
+            "window.offset",
+            f"must be smaller than the window {'slide' if window_type == 'sliding' else 'size'}",
+        )
+    return WindowSpec(size_ms=size, slide_ms=slide, offset_ms=offset)
+
+
+def _measures(value: Any, schema: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    section = _mapping(value, "measures")
+    measures = {}
+    for column, functions in section.items():
+        field = f"measures.{column}"
+        _column(column, schema, field)
+        names = [functions] if isinstance(functions, str) else functions
+        if not isinstance(names, list) or not names:
+            raise ConfigError(field, f"expected a list of aggregates from {', '.join(AGGREGATES)}")
+        for function in names:
+            if function in NOT_MERGEABLE:
+                raise ConfigError(
+                    field,
+                    f"{function!r} is not mergeable, so late records could not be folded in later; "
+                    f"use one of {', '.join(AGGREGATES)}",
+                )
+            _one_of(function, AGGREGATES, field)
+            if function in ("sum", "avg") and schema[column] not in NUMERIC_TYPES:
+                raise ConfigError(field, f"{function} needs a numeric column; {column} is {schema[column]}")
+            if f"{column}_{function}" in SILVER_RESERVED:
+                raise ConfigError(field, f"{column}_{function} would shadow a silver column")
+        if len(set(names)) != len(names):
+            raise ConfigError(field, f"lists an aggregate twice: {names}")
+        measures[column] = tuple(names)
+    return measures
+
+
+def _gold(value: Any, key: tuple[str, ...], window: WindowSpec) -> GoldConfig:
+    section = _mapping(value, "gold")
+    _reject_unknown(section, {"name", "grain", "group_by"}, "gold.")
+    name = _required(section, "name", "gold.")
+    if not isinstance(name, str) or not PIPELINE_NAME.match(name):
+        raise ConfigError("gold.name", f"must match [a-z][a-z0-9_]*; got {name!r}")
+    if not window.is_tumbling:
+        raise ConfigError(
+            "gold", "a rollup needs tumbling windows (sliding windows overlap and would count records twice)"
+        )
+    grain = parse_duration(_required(section, "grain", "gold."), "gold.grain", allow_zero=False)
+    if grain % window.size_ms or grain < window.size_ms:
+        raise ConfigError("gold.grain", "must be a whole multiple of window.size")
+    group_by = section.get("group_by", [])
+    if not isinstance(group_by, list):
+        raise ConfigError("gold.group_by", "expected a list of key columns")
+    for index, column in enumerate(group_by):
+        if column not in key:
+            raise ConfigError(f"gold.group_by[{index}]", f"{column!r} is not a key column ({', '.join(key)})")
+    return GoldConfig(name=name, grain_ms=grain, group_by=tuple(group_by))
+
+
+def _offline(value: Any, key: tuple[str, ...], schema: Mapping[str, str]) -> OfflineConfig:
+    section = _mapping(value, "offline")
+    _reject_unknown(section, {"timeout", "key"}, "offline.")
+    timeout = parse_duration(_required(section, "timeout", "offline."), "offline.timeout", allow_zero=False)
+    offline_key = _columns(section["key"], schema, "offline.key") if section.get("key") is not None else key
+    return OfflineConfig(timeout_ms=timeout, key=offline_key)

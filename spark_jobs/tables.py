@@ -1,0 +1,301 @@
+"""The table registry (DESIGN §3): for a pipeline and a lakehouse root, the path,
+SQL name and explicit Delta schema of every table, and an idempotent
+create-if-missing.
+
+Tables live at ``<root>/<layer>/<table>`` and are registered in the SQL catalog
+as ``<layer>.<table>``. The ``ops`` tables are shared by every pipeline and
+carry a ``pipeline`` column. Watermarks are stored as ``bigint`` epoch
+milliseconds because a watermark can be -inf/+inf (Long.MIN/MAX), which no
+timestamp can hold; use ``timestamp_millis(watermark)`` to read them as time.
+
+Relative paths (the lakehouse root, a files source's landing folder) are
+resolved once here, so nothing else joins paths.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_jobs.config import PipelineConfig
+
+LAYERS = ("bronze", "silver", "quarantine", "gold", "ops")
+
+SPARK_TYPES: dict[str, DataType] = {
+    "string": StringType(),
+    "int": IntegerType(),
+    "long": LongType(),
+    "double": DoubleType(),
+    "float": FloatType(),
+    "boolean": BooleanType(),
+    "timestamp": TimestampType(),
+    "date": DateType(),
+}
+
+
+def lakehouse_root(root: str | None = None) -> str:
+    """``root``, else ``$LAKEHOUSE_DIR``, else ``./lakehouse``; local paths made absolute."""
+    chosen = root or os.environ.get("LAKEHOUSE_DIR") or "lakehouse"
+    return chosen.rstrip("/") if "://" in chosen else os.path.abspath(chosen)
+
+
+def join(root: str, *parts: str) -> str:
+    return "/".join([root.rstrip("/"), *parts])
+
+
+@dataclass(frozen=True)
+class TableRef:
+    layer: str
+    name: str
+    path: str
+    schema: StructType
+    partition_by: tuple[str, ...] = ()
+
+    @property
+    def sql_name(self) -> str:
+        return f"{self.layer}.{self.name}"
+
+
+def _fields(*columns: tuple[str, DataType] | tuple[str, DataType, bool]) -> list[StructField]:
+    return [StructField(column[0], column[1], column[2] if len(column) > 2 else True) for column in columns]
+
+
+def measure_fields(config: PipelineConfig, with_state: bool) -> list[StructField]:
+    """One column per configured measure. ``with_state`` adds the partial state
+    that keeps each one mergeable (silver): avg carries its sum and count,
+    approx_distinct its HLL sketch."""
+    fields: list[StructField] = []
+    for column, functions in config.measures.items():
+        value_type = SPARK_TYPES[config.schema[column]]
+        for function in functions:
+            name = f"{column}_{function}"
+            if function == "sum":
+                fields.append(
+                    StructField(
+                        name, DoubleType() if value_type in (DoubleType(), FloatType()) else LongType()
+                    )
+                )
+            elif function in ("min", "max"):
+                fields.append(StructField(name, value_type))
+            elif function == "avg":
+                fields.append(StructField(name, DoubleType()))
+                if with_state:
+                    fields += _fields((f"{name}_sum", DoubleType()), (f"{name}_n", LongType()))
+            else:
+                fields.append(StructField(name, LongType()))
+                if with_state and function == "approx_distinct":
+                    fields.append(StructField(f"{name}_sketch", BinaryType()))
+    return fields
+
+
+def ops_tables(root: str | None = None) -> list[TableRef]:
+    """The tables every pipeline shares."""
+    root = lakehouse_root(root)
+    ts, long, string = TimestampType(), LongType(), StringType()
+    specs = {
+        "rejects": _fields(
+            ("pipeline", string, False),
+            ("raw_record", string),
+            ("reason", string, False),
+            ("source_partition", string),
+            ("source_file", string),
+            ("source_offset", long),
+            ("ingest_time", ts),
+            ("rejected_at", ts, False),
+        ),
+        "watermarks": _fields(
+            ("pipeline", string, False),
+            ("source_partition", string, False),
+            ("max_event_time", ts),
+            ("partition_watermark", long, False),
+            ("is_idle", BooleanType(), False),
+            ("is_aligned", BooleanType(), False),
+            ("last_data_at", ts),
+            ("batch_id", long),
+            ("updated_at", ts, False),
+        ),
+        "watermark_history": _fields(
+            ("pipeline", string, False),
+            ("batch_id", long, False),
+            ("watermark", long, False),
+            ("active_partitions", IntegerType(), False),
+            ("idle_partitions", IntegerType(), False),
+            ("on_time_count", long, False),
+            ("late_count", long, False),
+            ("processing_time", ts, False),
+        ),
+        "runs": _fields(
+            ("run_id", string, False),
+            ("job", string, False),
+            ("pipeline", string, False),
+            ("status", string, False),
+            ("batches", long),
+            ("rows_in", long),
+            ("rows_out", long),
+            ("late", long),
+            ("rejected", long),
+            ("started_at", ts, False),
+            ("ended_at", ts),
+            ("duration_ms", long),
+            ("message", string),
+        ),
+    }
+    partitioned = {"rejects": ("pipeline",), "watermark_history": ("pipeline",), "runs": ("pipeline",)}
+    return [
+        TableRef("ops", name, join(root, "ops", name), StructType(fields), partitioned.get(name, ()))
+        for name, fields in specs.items()
+    ]
+
+
+class TableRegistry:
+    """Every table of one pipeline (and the shared ops tables) under one root."""
+
+    def __init__(self, config: PipelineConfig, root: str | None = None) -> None:
+        self.config = config
+        self.root = lakehouse_root(root)
+        self._ops = {table.name: table for table in ops_tables(self.root)}
+
+    def _ref(
+        self, layer: str, name: str, fields: list[StructField], partition_by: tuple[str, ...] = ()
+    ) -> TableRef:
+        return TableRef(layer, name, join(self.root, layer, name), StructType(fields), partition_by)
+
+    @property
+    def landing_path(self) -> str | None:
+        """A files source's landing folder; a relative path lives under the root."""
+        path = self.config.source.path
+        if path is None or "://" in path or os.path.isabs(path):
+            return path
+        return join(self.root, path)
+
+    def payload_fields(self) -> list[StructField]:
+        return [StructField(name, SPARK_TYPES[type_name]) for name, type_name in self.config.schema.items()]
+
+    def key_fields(self, columns: tuple[str, ...]) -> list[StructField]:
+        return [StructField(name, SPARK_TYPES[self.config.schema[name]]) for name in columns]
+
+    def bronze_fields(self) -> list[StructField]:
+        ts = TimestampType()
+        return self.payload_fields() + _fields(
+            ("event_id", StringType(), False),
+            ("source_partition", StringType(), False),
+            ("source_file", StringType()),
+            ("source_offset", LongType(), False),
+            ("event_time", ts, False),
+            ("ingest_time", ts, False),
+            ("processing_time", ts, False),
+        )
+
+    @property
+    def bronze(self) -> TableRef:
+        return self._ref("bronze", self.config.name, self.bronze_fields())
+
+    @property
+    def silver(self) -> TableRef:
+        ts = TimestampType()
+        fields = (
+            _fields(("window_start", ts, False), ("window_end", ts, False))
+            + self.key_fields(self.config.key)
+            + _fields(("record_count", LongType(), False))
+            + measure_fields(self.config, with_state=True)
+            + _fields(
+                ("revision", IntegerType(), False),
+                ("status", StringType(), False),
+                ("late_merged_count", LongType(), False),
+                ("updated_at", ts, False),
+            )
+        )
+        return self._ref("silver", f"{self.config.name}_windows", fields)
+
+    @property
+    def quarantine(self) -> TableRef:
+        ts, long = TimestampType(), LongType()
+        fields = self.bronze_fields() + _fields(
+            ("window_start", ts, False),
+            ("window_end", ts, False),
+            ("watermark", long, False),
+            ("lateness_ms", long, False),
+            ("reason", StringType(), False),
+            ("status", StringType(), False),
+            ("quarantined_at", ts, False),
+            ("merged_at", ts),
+            ("merge_run_id", StringType()),
+        )
+        return self._ref("quarantine", f"{self.config.name}_late", fields, ("status",))
+
+    @property
+    def gold(self) -> TableRef | None:
+        gold = self.config.gold
+        if gold is None:
+            return None
+        ts, long = TimestampType(), LongType()
+        fields = (
+            _fields(("grain_start", ts, False), ("grain_end", ts, False))
+            + self.key_fields(gold.group_by)
+            + _fields(
+                ("record_count", long, False), ("window_count", long, False), ("key_count", long, False)
+            )
+            + measure_fields(self.config, with_state=False)
+            + _fields(("updated_at", ts, False))
+        )
+        return self._ref("gold", f"{self.config.name}_{gold.name}", fields)
+
+    @property
+    def status_events(self) -> TableRef | None:
+        offline = self.config.offline
+        if offline is None:
+            return None
+        ts = TimestampType()
+        fields = self.key_fields(offline.key) + _fields(
+            ("status", StringType(), False),
+            ("event_time", ts, False),
+            ("watermark", LongType(), False),
+            ("detected_at", ts, False),
+        )
+        return self._ref("gold", f"{self.config.name}_status_events", fields)
+
+    @property
+    def ops(self) -> dict[str, TableRef]:
+        return dict(self._ops)
+
+    def all(self) -> list[TableRef]:
+        own = [self.bronze, self.silver, self.quarantine, self.gold, self.status_events]
+        return [table for table in own if table is not None] + list(self._ops.values())
+
+    def create_missing(self, spark: SparkSession) -> list[TableRef]:
+        """Create every table that does not exist yet; returns the ones created."""
+        return [table for table in self.all() if create_if_missing(spark, table)]
+
+
+def create_if_missing(spark: SparkSession, table: TableRef) -> bool:
+    """Idempotent, and safe when two jobs race to create the same table."""
+    from delta.tables import DeltaTable
+
+    if DeltaTable.isDeltaTable(spark, table.path):
+        return False
+    builder = DeltaTable.createIfNotExists(spark).location(table.path).addColumns(table.schema)
+    if table.partition_by:
+        builder = builder.partitionedBy(*table.partition_by)
+    try:
+        builder.execute()
+    except Exception:
+        if DeltaTable.isDeltaTable(spark, table.path):
+            return False  # another job created it first
+        raise
+    return True
