@@ -1,0 +1,104 @@
+"""The session factory gives a Delta-enabled Spark with the jars resolved at setup."""
+
+import pytest
+from delta.tables import DeltaTable
+from pyspark.sql import Row
+
+from spark_jobs.config import load_pipeline
+from spark_jobs.jars import jars_dir
+from spark_jobs.tables import LAYERS, TableRegistry, ops_tables
+from tests.unit.test_config import PIPELINES
+
+pytestmark = pytest.mark.spark
+
+
+def test_session_uses_utc_and_only_local_jar_files(spark):
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    jars = spark.sparkContext.getConf().get("spark.jars").split(",")
+    assert jars and all(jar.startswith(str(jars_dir())) and jar.endswith(".jar") for jar in jars)
+    assert spark.conf.get("spark.jars.packages", None) is None
+
+
+def test_delta_write_merge_read_back_and_time_travel(spark, tmp_path):
+    path = str(tmp_path / "devices")
+    spark.createDataFrame([Row(device="a", trips=1), Row(device="b", trips=2)]).write.format("delta").save(
+        path
+    )
+
+    updates = spark.createDataFrame([Row(device="b", trips=20), Row(device="c", trips=3)])
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(updates.alias("u"), "t.device = u.device")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+    now = {r.device: r.trips for r in spark.read.format("delta").load(path).collect()}
+    before = {
+        r.device: r.trips for r in spark.read.format("delta").option("versionAsOf", 0).load(path).collect()
+    }
+    history = [r.operation for r in DeltaTable.forPath(spark, path).history().orderBy("version").collect()]
+    assert now == {"a": 1, "b": 20, "c": 3}
+    assert before == {"a": 1, "b": 2}
+    assert history == ["WRITE", "MERGE"]
+
+
+def test_registry_names_every_table_of_the_design_under_its_layer(tmp_path):
+    config = load_pipeline(PIPELINES / "telemetry.yaml")
+    registry = TableRegistry(config, str(tmp_path))
+
+    names = {t.sql_name for t in registry.all()}
+    assert names == {
+        "bronze.telemetry",
+        "silver.telemetry_windows",
+        "quarantine.telemetry_late",
+        "gold.telemetry_region_hourly",
+        "gold.telemetry_status_events",
+        "ops.rejects",
+        "ops.watermarks",
+        "ops.watermark_history",
+        "ops.runs",
+    }
+    for table in registry.all():
+        assert table.layer in LAYERS
+        assert table.path == f"{tmp_path}/{table.layer}/{table.name}"
+    assert registry.landing_path == f"{tmp_path}/landing/telemetry"
+
+
+def test_silver_carries_keys_measures_and_their_mergeable_state(tmp_path):
+    registry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(tmp_path))
+    silver = registry.silver.schema.fieldNames()
+    for column in ("window_start", "window_end", "region", "device_id", "record_count", "revision", "status"):
+        assert column in silver
+    assert {"battery_avg", "battery_avg_sum", "battery_avg_n", "battery_min", "speed_max"} <= set(silver)
+    gold = registry.gold.schema.fieldNames()
+    assert "battery_avg" in gold and "battery_avg_sum" not in gold
+
+
+def test_a_pipeline_without_gold_or_offline_has_no_such_tables(tmp_path):
+    registry = TableRegistry(load_pipeline(PIPELINES / "clickstream.yaml"), str(tmp_path))
+    assert registry.gold is None and registry.status_events is None
+    assert "session_id_approx_distinct_sketch" in registry.silver.schema.fieldNames()
+
+
+def test_create_missing_is_idempotent_and_uses_the_explicit_schemas(spark, tmp_path):
+    registry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(tmp_path))
+
+    first = registry.create_missing(spark)
+    second = registry.create_missing(spark)
+
+    assert {t.sql_name for t in first} == {t.sql_name for t in registry.all()}
+    assert second == []
+    for table in registry.all():
+        stored = spark.read.format("delta").load(table.path).schema
+        assert [(f.name, f.dataType) for f in stored] == [(f.name, f.dataType) for f in table.schema]
+    details = DeltaTable.forPath(spark, registry.quarantine.path).detail().collect()[0]
+    assert details.partitionColumns == ["status"]
+
+
+def test_ops_tables_are_shared_by_pipelines(tmp_path):
+    telemetry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(tmp_path))
+    clicks = TableRegistry(load_pipeline(PIPELINES / "clickstream.yaml"), str(tmp_path))
+    assert telemetry.ops == clicks.ops == {t.name: t for t in ops_tables(str(tmp_path))}
