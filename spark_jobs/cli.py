@@ -41,6 +41,51 @@ def _tables(args: argparse.Namespace) -> int:
     return 0
 
 
+JOBS = {"bronze": "ingest a pipeline's source into bronze and ops.rejects (streaming)"}
+
+
+def _run_job(job: str, job_args: Sequence[str]) -> int:
+    """Run a job in this process; spark-submit runs the same module's main."""
+    from importlib import import_module
+
+    return import_module(f"spark_jobs.jobs.{job}").main(list(job_args))
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from spark_jobs.config import parse_duration
+    from spark_jobs.generator import (
+        FleetSpec,
+        Manifest,
+        generate,
+        malformed_kinds,
+        send_to_kafka,
+        write_landing,
+    )
+    from spark_jobs.tables import TableRegistry
+
+    config = load_pipeline(args.pipeline)
+    spec = FleetSpec(
+        devices=args.devices,
+        partitions=args.partitions,
+        seed=args.seed,
+        duration_ms=parse_duration(args.duration, "--duration", allow_zero=False),
+        late_ratio=args.late_ratio,
+        quiet_partitions=args.quiet_partitions,
+        malformed_ratio=args.malformed_ratio,
+    )
+    records = generate(spec, malformed_kinds(config.source.kind))
+    manifest = Manifest.of(records)
+    if config.source.kind == "kafka":
+        send_to_kafka(records, config.source.bootstrap_servers, config.source.topic, args.rate)
+    else:
+        landing = TableRegistry(config, args.lakehouse).landing_path
+        manifest.files = write_landing(
+            records, landing, args.records_per_file, config.source.format, args.rate
+        )
+    print(manifest.to_json())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidemark",
@@ -58,10 +103,33 @@ def build_parser() -> argparse.ArgumentParser:
     tables.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     tables.add_argument("--create", action="store_true", help="create the tables that do not exist yet")
     tables.set_defaults(handler=_tables)
+
+    for job, summary in JOBS.items():
+        # Listed for --help only: main() hands a job's arguments to the job's own parser.
+        commands.add_parser(job, help=f"{summary}; see `tidemark {job} --help`", add_help=False)
+
+    gen = commands.add_parser(
+        "generate", help="generate scooter telemetry into a pipeline's landing zone or Kafka topic"
+    )
+    gen.add_argument("--pipeline", required=True, help="pipeline YAML file (where the data goes)")
+    gen.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
+    gen.add_argument("--devices", type=int, default=50)
+    gen.add_argument("--partitions", type=int, default=4)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--duration", default="1h", help="event-time span of the data (default 1h)")
+    gen.add_argument("--late-ratio", type=float, default=0.0, help="share of records uploaded late")
+    gen.add_argument("--malformed-ratio", type=float, default=0.0, help="share of malformed records")
+    gen.add_argument("--quiet-partitions", type=int, default=0, help="partitions that go quiet half-way")
+    gen.add_argument("--records-per-file", type=int, default=1000)
+    gen.add_argument("--rate", type=float, help="records per second (default: as fast as possible)")
+    gen.set_defaults(handler=_generate)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in JOBS:
+        return _run_job(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

@@ -1,9 +1,12 @@
-"""Maven jars resolved once at setup into a local folder, so Spark starts offline.
+"""Maven jars resolved once at setup into local folders, so nothing fetches at run time.
 
 ``python -m spark_jobs.jars`` (run by ``make setup``) lets Spark's own Ivy
-resolver fetch Delta and the Kafka connector with their dependencies into a
-scratch folder, then copies the jar files to :func:`jars_dir`. The session
-factory and every spark-submit command point ``spark.jars`` at those files.
+resolver fetch, with their dependencies:
+
+- Delta and the Kafka connector into :func:`jars_dir`; the session factory and
+  every spark-submit command point ``spark.jars`` at those files;
+- an Apache Kafka broker into :func:`kafka_jars_dir`, which tests and the demo
+  run in KRaft mode on loopback (``spark_jobs.kafka_broker``).
 """
 
 from __future__ import annotations
@@ -11,12 +14,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 SCALA_VERSION = "2.13"
 KAFKA_CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_{scala}:{spark}"
+# The broker matches the kafka-clients version the Spark connector ships with.
+KAFKA_BROKER = "org.apache.kafka:kafka_{scala}:3.9.2"
 
 # Delta 4.4's pom also pulls Delta Kernel and the Unity Catalog client, with an
 # old Hadoop/Jackson/log4j tree that clashes with pyspark's own jars. Path-based
@@ -36,6 +42,10 @@ def jars_dir() -> Path:
     jars belong to the environment that pins pyspark and delta-spark."""
     configured = os.environ.get("TIDEMARK_JARS_DIR")
     return Path(configured) if configured else Path(sys.prefix) / "share" / "tidemark" / "jars"
+
+
+def kafka_jars_dir() -> Path:
+    return jars_dir().with_name("kafka")
 
 
 def maven_packages() -> list[str]:
@@ -59,18 +69,22 @@ def local_jars() -> list[str]:
     return jars
 
 
-def resolve(target: Path | None = None) -> list[Path]:
-    """Fetch the packages with Spark's Ivy resolver and copy the jars to ``target``."""
+def resolve(
+    packages: list[str], target: Path, excludes: tuple[str, ...] = (), beside_pyspark: bool = True
+) -> list[Path]:
+    """Fetch ``packages`` with Spark's Ivy resolver and copy their jars to ``target``.
+
+    ``beside_pyspark`` drops jars pyspark already ships (they share a classpath).
+    """
     from pyspark.sql import SparkSession
 
-    target = target or jars_dir()
     with tempfile.TemporaryDirectory(prefix="tidemark-ivy-") as ivy:
         spark = (
             SparkSession.builder.master("local[1]")
             .appName("tidemark-resolve-jars")
-            .config("spark.jars.packages", ",".join(maven_packages()))
+            .config("spark.jars.packages", ",".join(packages))
             .config("spark.jars.ivy", ivy)
-            .config("spark.jars.excludes", ",".join(EXCLUDED_PACKAGES).format(scala=SCALA_VERSION))
+            .config("spark.jars.excludes", ",".join(excludes))
             .config("spark.ui.enabled", "false")
             .getOrCreate()
         )
@@ -81,7 +95,7 @@ def resolve(target: Path | None = None) -> list[Path]:
         staging = target.with_name(target.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        bundled = {_artifact(jar.name) for jar in _pyspark_jars()}
+        bundled = {_artifact(jar.name) for jar in _pyspark_jars()} if beside_pyspark else set()
         for jar in resolved:
             # Ivy names jars group_artifact-version.jar; pyspark's own are artifact-version.jar.
             if _artifact(jar.name.split("_", 1)[1]) not in bundled:
@@ -89,6 +103,13 @@ def resolve(target: Path | None = None) -> list[Path]:
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return sorted(target.glob("*.jar"))
+
+
+def resolve_one(which: str) -> list[Path]:
+    if which == "spark":
+        excludes = tuple(e.format(scala=SCALA_VERSION) for e in EXCLUDED_PACKAGES)
+        return resolve(maven_packages(), jars_dir(), excludes)
+    return resolve([KAFKA_BROKER.format(scala=SCALA_VERSION)], kafka_jars_dir(), beside_pyspark=False)
 
 
 def _pyspark_jars() -> list[Path]:
@@ -102,6 +123,16 @@ def _artifact(file_name: str) -> str:
     return re.sub(r"-\d[^-]*(-[A-Za-z0-9.]+)?\.jar$", "", file_name)
 
 
+def main(argv: list[str]) -> None:
+    """Resolve ``spark`` or ``kafka`` jars; with no argument, both, each in its own
+    process (Ivy runs when a JVM starts, and a Python process keeps its first JVM)."""
+    if argv:
+        for jar in resolve_one(argv[0]):
+            print(jar)
+        return
+    for which in ("spark", "kafka"):
+        subprocess.run([sys.executable, "-m", "spark_jobs.jars", which], check=True)
+
+
 if __name__ == "__main__":
-    for jar in resolve():
-        print(jar)
+    main(sys.argv[1:])

@@ -10,6 +10,7 @@ the persistent catalog (Derby allows one process).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
@@ -21,15 +22,16 @@ DEFAULT_MASTER = "local[*]"
 
 def spark_conf(local: bool = True, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """Delta, the local jars, UTC everywhere, and small-machine defaults when ``local``."""
-    utc = "-Duser.timezone=UTC"
+    log4j = Path(__file__).with_name("log4j2.properties")
+    java_options = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={log4j}"
     conf = {
         "spark.jars": ",".join(local_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "in-memory",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": utc,
-        "spark.executor.extraJavaOptions": utc,
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": java_options,
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),

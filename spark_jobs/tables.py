@@ -113,6 +113,7 @@ def ops_tables(root: str | None = None) -> list[TableRef]:
             ("pipeline", string, False),
             ("raw_record", string),
             ("reason", string, False),
+            ("detail", string),
             ("source_partition", string),
             ("source_file", string),
             ("source_offset", long),

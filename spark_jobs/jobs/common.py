@@ -1,0 +1,162 @@
+"""What every streaming job shares: arguments, triggers, checkpoints, the run log,
+and the app id that makes Delta writes idempotent under batch replays."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline, parse_duration
+from spark_jobs.tables import TableRegistry, join
+
+TRIGGERS = ("continuous", "available-now")
+
+
+def job_parser(job: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"tidemark {job}", description=description)
+    parser.add_argument("--pipeline", required=True, help="pipeline YAML file")
+    parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
+    parser.add_argument(
+        "--trigger",
+        choices=TRIGGERS,
+        default="continuous",
+        help="continuous: a micro-batch every --interval; available-now: drain the backlog and exit",
+    )
+    parser.add_argument(
+        "--interval", default="10s", help="micro-batch interval in continuous mode (default 10s)"
+    )
+    parser.add_argument(
+        "--checkpoint", help="checkpoint folder (default: <lakehouse>/_checkpoints/<pipeline>/<job>)"
+    )
+    return parser
+
+
+@dataclass
+class JobContext:
+    job: str
+    config: PipelineConfig
+    registry: TableRegistry
+    trigger: str
+    interval_ms: int
+    checkpoint: str
+
+    @classmethod
+    def from_args(cls, job: str, args: argparse.Namespace) -> JobContext:
+        config = load_pipeline(args.pipeline)
+        interval = parse_duration(args.interval, "--interval", allow_zero=False)
+        registry = TableRegistry(config, args.lakehouse)
+        checkpoint = args.checkpoint or join(registry.root, "_checkpoints", config.name, job)
+        return cls(job, config, registry, args.trigger, interval, checkpoint)
+
+
+def start_stream(
+    frame: DataFrame, context: JobContext, batch_writer: Callable[[DataFrame, int], None]
+) -> StreamingQuery:
+    writer = (
+        frame.writeStream.foreachBatch(batch_writer)
+        .option("checkpointLocation", context.checkpoint)
+        .queryName(f"tidemark-{context.job}-{context.config.name}")
+    )
+    if context.trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{context.interval_ms} milliseconds")
+    return writer.start()
+
+
+def stream_app_id(spark: SparkSession, checkpoint: str) -> str:
+    """The streaming query's id, stored in its checkpoint: stable across restarts
+    from the same checkpoint, new when the checkpoint is reset (so a reset stream,
+    whose batch ids restart at 0, is not mistaken for a replay)."""
+    return spark.read.json(join(checkpoint, "metadata")).first()["id"]
+
+
+@dataclass
+class RunTotals:
+    batches: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    late: int = 0
+    rejected: int = 0
+
+
+@dataclass
+class RunLog:
+    """``ops.runs``: a ``running`` row when a job starts and a final row when it ends.
+
+    Both are blind appends, which never conflict with other writers; a run killed
+    with SIGKILL keeps only its ``running`` row. The latest row per ``run_id`` is
+    the run's state."""
+
+    spark: SparkSession
+    context: JobContext
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def _append(self, status: str, totals: RunTotals, message: str | None, ended: datetime | None) -> None:
+        duration = None if ended is None else int((ended - self.started_at).total_seconds() * 1000)
+        row = (
+            self.run_id,
+            self.context.job,
+            self.context.config.name,
+            status,
+            totals.batches,
+            totals.rows_in,
+            totals.rows_out,
+            totals.late,
+            totals.rejected,
+            self.started_at,
+            ended,
+            duration,
+            message,
+        )
+        table = self.context.registry.ops["runs"]
+        self.spark.createDataFrame([row], table.schema).write.format("delta").mode("append").save(table.path)
+
+    def started(self) -> None:
+        self._append("running", RunTotals(), None, None)
+
+    def ended(self, status: str, totals: RunTotals, message: str | None = None) -> None:
+        self._append(status, totals, message, datetime.now(UTC))
+
+
+def run_stream(
+    spark: SparkSession, context: JobContext, query_factory: Callable[[], StreamingQuery], totals: RunTotals
+) -> int:
+    """Start the query, wait for it, log the run; SIGTERM (Airflow's on_kill) stops it
+    cleanly. Returns the process exit code: 1 when the stream failed."""
+    log = RunLog(spark, context)
+    log.started()
+    query = query_factory()
+    stopped = []
+
+    def stop(signum: int, frame: object) -> None:
+        stopped.append(signum)
+        query.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        query.awaitTermination()
+    except Exception as error:  # the stream failed: log it and let the orchestrator retry
+        log.ended("failed", totals, str(error)[:2000])
+        return 1
+    log.ended("stopped" if stopped else "succeeded", totals)
+    return 0
+
+
+def exit_on_config_error(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+    def wrapped(argv: list[str] | None = None) -> int:
+        try:
+            return main(argv)
+        except ConfigError as error:
+            print(f"tidemark: invalid pipeline: {error}")
+            return 2
+
+    return wrapped

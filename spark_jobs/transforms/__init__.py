@@ -1,0 +1,1 @@
+"""DataFrame -> DataFrame steps: small, pure, tested on tiny inline DataFrames."""

@@ -1,0 +1,170 @@
+"""Raw records -> typed bronze rows or rejects with a reason (never a silent drop).
+
+Input (from a source reader): ``raw`` (the record's text), ``source_partition``
+(Kafka's partition, or null for files: then taken from the payload's partition
+column), ``source_file``, ``source_offset``, ``ingest_time`` and, for CSV,
+``header`` (the file's first line).
+
+Every payload field is first read as text, then converted with ``try_cast``:
+a value that is present but does not convert is a wrong type, not a null.
+One record gets one reason, the first that applies in :data:`REASONS` order.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import reduce
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.config import PipelineConfig
+from spark_jobs.transforms.timestamps import event_time_millis, in_timestamp_range, millis_to_timestamp
+
+REASONS = (
+    "empty_record",
+    "malformed_record",
+    "csv_header_mismatch",
+    "missing_key",
+    "missing_timestamp",
+    "unparseable_timestamp",
+    "timestamp_out_of_range",
+    "future_timestamp",
+    "wrong_type",
+    "missing_partition",
+)
+CORRUPT = "_corrupt_record"
+SOURCE_COLUMNS = ("source_partition", "source_file", "source_offset", "ingest_time")
+
+
+def _text_schema(config: PipelineConfig) -> str:
+    return ", ".join([f"`{name}` STRING" for name in config.schema] + [f"{CORRUPT} STRING"])
+
+
+def _fields_as_text(config: PipelineConfig) -> Column:
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+    if config.source.format == "csv":
+        return F.from_csv(F.col("raw"), _text_schema(config), options)
+    return F.from_json(F.col("raw"), _text_schema(config), options)
+
+
+def _first(conditions: list[tuple[Column, Column]]) -> Column:
+    """The value of the first condition that holds (a CASE WHEN chain), else null."""
+    chosen = F.when(*conditions[0])
+    for condition, value in conditions[1:]:
+        chosen = chosen.when(condition, value)
+    return chosen
+
+
+def _any(conditions: list[Column]) -> Column:
+    return reduce(lambda left, right: left | right, conditions)
+
+
+def _is_marker(config: PipelineConfig) -> Column:
+    marker = config.watermark.marker_column
+    return F.col(f"text.{marker}").isNotNull() if marker else F.lit(False)
+
+
+def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datetime) -> DataFrame:
+    """Add the typed payload, the bronze columns, and ``reason``/``detail`` (null when valid)."""
+    text = {name: F.col(f"text.{name}") for name in config.schema}
+    typed = {
+        name: value if config.schema[name] == "string" else value.try_cast(config.schema[name])
+        for name, value in text.items()
+    }
+    stamp = config.event_time
+    millis = event_time_millis(text[stamp.column], stamp)
+    horizon = F.lit(int(processing_time.timestamp() * 1000) + stamp.max_future_skew_ms)
+    is_data = ~_is_marker(config)
+    corrupt = F.col("text").isNull() | F.col(f"text.{CORRUPT}").isNotNull()
+    if config.source.format == "csv":
+        expected_header = ",".join(config.schema)
+        header_ok = F.col("header") == F.lit(expected_header)
+    else:
+        header_ok = F.lit(True)
+
+    wrong_types = [
+        (
+            text[name].isNotNull() & typed[name].isNull(),
+            F.format_string(f"{name}: %s is not a {kind}", text[name]),
+        )
+        for name, kind in config.schema.items()
+        if kind != "string"
+    ]
+    missing_keys = [(text[name].isNull(), F.lit(f"{name} is missing")) for name in config.key]
+    partition = config.partition_column
+    checks: list[tuple[str, Column, Column]] = [
+        ("empty_record", F.col("raw").isNull() | (F.trim(F.col("raw")) == ""), F.lit("no content")),
+        ("malformed_record", corrupt, F.lit(f"not a valid {config.source.format.upper()} record")),
+        (
+            "csv_header_mismatch",
+            ~header_ok,
+            F.format_string(f"file header %s is not {','.join(config.schema)}", F.col("header")),
+        ),
+        ("missing_key", is_data & _any([c for c, _ in missing_keys]), _first(missing_keys)),
+        ("missing_timestamp", text[stamp.column].isNull(), F.lit(f"{stamp.column} is missing")),
+        (
+            "unparseable_timestamp",
+            millis.isNull(),
+            F.format_string(f"{stamp.column}: %s is not {stamp.format}", text[stamp.column]),
+        ),
+        (
+            "timestamp_out_of_range",
+            ~in_timestamp_range(millis),
+            F.format_string(f"{stamp.column}: %s is outside years 1-9999", text[stamp.column]),
+        ),
+        (
+            "future_timestamp",
+            is_data & (millis > horizon),
+            F.format_string(f"{stamp.column}: %s is beyond the allowed future skew", text[stamp.column]),
+        ),
+    ]
+    if wrong_types:
+        checks.append(("wrong_type", _any([c for c, _ in wrong_types]), _first(wrong_types)))
+    if partition is not None and config.source.kind == "files":
+        checks.append(("missing_partition", text[partition].isNull(), F.lit(f"{partition} is missing")))
+
+    origin = F.coalesce(
+        F.regexp_extract(F.col("source_file"), r"[^/]*$", 0), F.lit(config.source.topic or "")
+    )
+    source_partition = F.coalesce(
+        F.col("source_partition"), typed[partition].cast("string") if partition else F.lit(None)
+    )
+    return (
+        raw.withColumn("text", _fields_as_text(config))
+        .select(
+            *[typed[name].alias(name) for name in config.schema],
+            F.col("raw"),
+            source_partition.alias("source_partition"),
+            F.col("source_file"),
+            F.col("source_offset"),
+            millis_to_timestamp(millis).alias("event_time"),
+            F.col("ingest_time"),
+            F.lit(processing_time).cast("timestamp").alias("processing_time"),
+            _first([(condition, F.lit(reason)) for reason, condition, _ in checks]).alias("reason"),
+            _first([(condition, detail) for _, condition, detail in checks]).alias("detail"),
+        )
+        .withColumn(
+            "event_id",
+            F.substring(
+                F.sha2(F.concat_ws("|", origin, F.col("source_partition"), F.col("source_offset")), 256),
+                1,
+                32,
+            ),
+        )
+    )
+
+
+def bronze_rows(parsed: DataFrame, bronze_columns: list[str]) -> DataFrame:
+    return parsed.where(F.col("reason").isNull()).select(*bronze_columns)
+
+
+def reject_rows(parsed: DataFrame, pipeline: str, rejected_at: datetime) -> DataFrame:
+    return parsed.where(F.col("reason").isNotNull()).select(
+        F.lit(pipeline).alias("pipeline"),
+        F.col("raw").alias("raw_record"),
+        F.col("reason"),
+        F.col("detail"),
+        *SOURCE_COLUMNS,
+        F.lit(rejected_at).cast("timestamp").alias("rejected_at"),
+    )

@@ -1,0 +1,165 @@
+"""Record parsing and timestamp assignment on tiny inline DataFrames."""
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+import yaml
+
+from spark_jobs.config import parse_pipeline
+from spark_jobs.sources.files import split_lines
+from spark_jobs.transforms.parse import parse_records
+from tests.unit.test_config import PIPELINES
+
+pytestmark = pytest.mark.spark
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def config(**changes):
+    document = yaml.safe_load((PIPELINES / "telemetry.yaml").read_text())
+    for path, value in changes.items():
+        section = document
+        *parents, last = path.split("__")
+        for part in parents:
+            section = section[part]
+        section[last] = value
+    return parse_pipeline(document)
+
+
+def record(**overrides):
+    payload = {"device_id": "d1", "ts": T0, "region": "north", "battery": 80.5, "speed": 3.0, "partition": 2}
+    payload.update(overrides)
+    return json.dumps({k: v for k, v in payload.items() if v is not ...})
+
+
+def parse(spark, lines, cfg=None, source_partition=None):
+    rows = [(line, source_partition, "/landing/f.json", i + 1, NOW, None) for i, line in enumerate(lines)]
+    raw = spark.createDataFrame(
+        rows,
+        "raw string, source_partition string, source_file string, source_offset long, ingest_time timestamp, header string",
+    )
+    return parse_records(raw, cfg or config(), NOW).collect()
+
+
+def reason_of(spark, line, cfg=None):
+    [row] = parse(spark, [line], cfg)
+    return row.reason
+
+
+def test_a_valid_record_is_typed_and_gets_all_three_times(spark):
+    [row] = parse(spark, [record()])
+    assert row.reason is None
+    assert (row.device_id, row.battery, row.partition) == ("d1", 80.5, 2)
+    assert row.event_time == datetime(2026, 1, 1)
+    assert row.ingest_time == datetime(2026, 6, 1, 12) and row.processing_time == datetime(2026, 6, 1, 12)
+    assert row.source_partition == "2"
+
+
+def test_event_ids_are_deterministic_and_distinct_per_coordinate(spark):
+    first = [r.event_id for r in parse(spark, [record(), record()])]
+    again = [r.event_id for r in parse(spark, [record(), record()])]
+    assert first == again and len(set(first)) == 2
+
+
+def test_kafka_partition_wins_over_the_payload_partition_column(spark):
+    [row] = parse(spark, [record(partition=9)], source_partition="0")
+    assert row.source_partition == "0"
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("", "empty_record"),
+        ("   ", "empty_record"),
+        ('{"device_id": "d1", "ts": ', "malformed_record"),
+        ("[1, 2]", "malformed_record"),
+        (record(device_id=...), "missing_key"),
+        (record(region=None), "missing_key"),
+        (record(ts=...), "missing_timestamp"),
+        (record(ts="yesterday"), "unparseable_timestamp"),
+        (record(ts=10**18), "timestamp_out_of_range"),
+        (record(ts=int(NOW.timestamp() * 1000) + 3_600_001), "future_timestamp"),
+        (record(battery="full"), "wrong_type"),
+        (record(partition="two"), "wrong_type"),
+        (record(partition=...), "missing_partition"),
+    ],
+)
+def test_each_bad_record_is_rejected_with_its_reason(spark, line, reason):
+    assert reason_of(spark, line) == reason
+
+
+def test_a_timestamp_just_inside_the_future_skew_is_accepted(spark):
+    assert reason_of(spark, record(ts=int(NOW.timestamp() * 1000) + 3_600_000)) is None
+
+
+def test_reject_detail_names_the_offending_field_and_value(spark):
+    [row] = parse(spark, [record(battery="full")])
+    assert row.detail == "battery: full is not a double"
+
+
+@pytest.mark.parametrize(
+    ("fmt", "timezone", "value", "expected"),
+    [
+        ("epoch_millis", "UTC", T0 + 1, datetime(2026, 1, 1, 0, 0, 0, 1000)),
+        ("epoch_seconds", "UTC", T0 // 1000, datetime(2026, 1, 1)),
+        ("epoch_seconds", "UTC", T0 / 1000 + 0.25, datetime(2026, 1, 1, 0, 0, 0, 250000)),
+        ("epoch_millis", "UTC", -1, datetime(1969, 12, 31, 23, 59, 59, 999000)),
+        ("iso8601", "UTC", "2026-01-01T00:00:00Z", datetime(2026, 1, 1)),
+        ("iso8601", "UTC", "2026-01-01T02:00:00.5+02:00", datetime(2026, 1, 1, 0, 0, 0, 500000)),
+        ("iso8601", "Europe/Paris", "2026-01-01T01:00:00", datetime(2026, 1, 1)),
+        ("iso8601", "Europe/Paris", "2025-07-01T02:00:00", datetime(2025, 7, 1)),
+        ("yyyy-MM-dd HH:mm:ss", "UTC", "2026-01-01 00:00:00", datetime(2026, 1, 1)),
+        ("yyyy-MM-dd HH:mm:ss", "America/New_York", "2025-12-31 19:00:00", datetime(2026, 1, 1)),
+        ("dd/MM/yyyy HH:mm:ss XXX", "America/New_York", "01/01/2026 01:00:00 +01:00", datetime(2026, 1, 1)),
+    ],
+)
+def test_every_timestamp_format_gives_the_utc_event_time(spark, fmt, timezone, value, expected):
+    kind = "long" if fmt == "epoch_millis" else ("double" if fmt == "epoch_seconds" else "string")
+    schema = {"device_id": "string", "ts": kind, "region": "string", "battery": "double", "speed": "double", "partition": "int"}
+    cfg = config(schema=schema, event_time={"column": "ts", "format": fmt, "timezone": timezone})
+    [row] = parse(spark, [record(ts=value)], cfg)
+    assert row.reason is None, row.detail
+    assert row.event_time == expected
+
+
+def test_a_pattern_that_does_not_match_is_unparseable(spark):
+    schema = {"device_id": "string", "ts": "string", "region": "string", "battery": "double", "speed": "double", "partition": "int"}
+    cfg = config(schema=schema, event_time={"column": "ts", "format": "yyyy-MM-dd HH:mm:ss"})
+    assert reason_of(spark, record(ts="2026-01-01T00:00:00Z"), cfg) == "unparseable_timestamp"
+
+
+def test_punctuated_markers_need_no_key_and_stay_in_bronze(spark):
+    schema = {"device_id": "string", "ts": "long", "region": "string", "battery": "double", "speed": "double", "partition": "int", "wm": "boolean"}
+    cfg = config(schema=schema, watermark={"strategy": "punctuated", "marker_column": "wm"})
+    marker = json.dumps({"ts": T0, "partition": 1, "wm": True})
+    [row] = parse(spark, [marker], cfg)
+    assert row.reason is None and row.wm is True
+
+
+def test_csv_records_are_parsed_by_position_and_wrong_field_counts_are_malformed(spark):
+    cfg = config(source={"kind": "files", "path": "landing/t", "format": "csv"})
+    header = "device_id,ts,region,battery,speed,partition"
+    rows = [
+        (f"d1,{T0},north,80.5,3.0,2", None, "/l/f.csv", 2, NOW, header),
+        ("d1,1,north,80.5,3.0,2,extra", None, "/l/f.csv", 3, NOW, header),
+        (f"d1,{T0},north,80.5,3.0,2", None, "/l/g.csv", 2, NOW, "id,time,where,battery,speed,partition"),
+    ]
+    raw = spark.createDataFrame(
+        rows,
+        "raw string, source_partition string, source_file string, source_offset long, ingest_time timestamp, header string",
+    )
+    parsed = parse_records(raw, cfg, NOW).orderBy("source_file", "source_offset").collect()
+    assert [r.reason for r in parsed] == [None, "malformed_record", "csv_header_mismatch"]
+    assert (parsed[0].device_id, parsed[0].battery, parsed[0].partition) == ("d1", 80.5, 2)
+
+
+def test_split_lines_numbers_lines_and_ignores_only_the_trailing_newline(spark):
+    files = spark.createDataFrame(
+        [("a\r\n\nb\n", "/l/one.json", NOW), ("h\nx", "/l/two.csv", NOW)], "value string, source_file string, ingest_time timestamp"
+    )
+    rows = split_lines(files.where("source_file like '%json'"), has_header=False).collect()
+    assert [(r.raw, r.source_offset) for r in rows] == [("a", 1), ("", 2), ("b", 3)]
+    with_header = split_lines(files.where("source_file like '%csv'"), has_header=True).collect()
+    assert [(r.raw, r.source_offset, r.header) for r in with_header] == [("x", 2, "h")]
