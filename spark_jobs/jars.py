@@ -35,6 +35,12 @@ EXCLUDED_PACKAGES = (
     "io.unitycatalog:unitycatalog-hadoop",
     "org.apache.spark:spark-token-provider-kafka-0-10_{scala}",
 )
+# The Kafka connector 4.2.0 needs spark-token-provider-kafka-0-10 4.2.0, which
+# Maven Central does not publish (nothing after 4.0.0). The 4.0.0 jar provides the
+# same classes (KafkaConfigUpdater, KafkaTokenUtil) and is resolved on its own,
+# without its dependencies (pyspark and the connector already bring them).
+TOKEN_PROVIDER = "org.apache.spark:spark-token-provider-kafka-0-10_{scala}:4.0.0"
+TOKEN_PROVIDER_EXCLUDES = ("org.apache.kafka:kafka-clients", "org.apache.hadoop:hadoop-client-runtime")
 
 
 def jars_dir() -> Path:
@@ -42,6 +48,10 @@ def jars_dir() -> Path:
     jars belong to the environment that pins pyspark and delta-spark."""
     configured = os.environ.get("TIDEMARK_JARS_DIR")
     return Path(configured) if configured else Path(sys.prefix) / "share" / "tidemark" / "jars"
+
+
+def token_provider_dir() -> Path:
+    return jars_dir().with_name("token-provider")
 
 
 def kafka_jars_dir() -> Path:
@@ -62,10 +72,12 @@ def maven_packages() -> list[str]:
 
 
 def local_jars() -> list[str]:
-    folder = jars_dir()
-    jars = sorted(str(path) for path in folder.glob("*.jar"))
-    if not jars:
-        raise RuntimeError(f"no jars in {folder}: run `make setup` (python -m spark_jobs.jars) first")
+    jars = []
+    for folder in (jars_dir(), token_provider_dir()):
+        found = sorted(str(path) for path in folder.glob("*.jar"))
+        if not found:
+            raise RuntimeError(f"no jars in {folder}: run `make setup` (python -m spark_jobs.jars) first")
+        jars += found
     return jars
 
 
@@ -105,10 +117,17 @@ def resolve(
     return sorted(target.glob("*.jar"))
 
 
+TARGETS = ("spark", "token-provider", "kafka")
+
+
 def resolve_one(which: str) -> list[Path]:
     if which == "spark":
         excludes = tuple(e.format(scala=SCALA_VERSION) for e in EXCLUDED_PACKAGES)
         return resolve(maven_packages(), jars_dir(), excludes)
+    if which == "token-provider":
+        return resolve(
+            [TOKEN_PROVIDER.format(scala=SCALA_VERSION)], token_provider_dir(), TOKEN_PROVIDER_EXCLUDES
+        )
     return resolve([KAFKA_BROKER.format(scala=SCALA_VERSION)], kafka_jars_dir(), beside_pyspark=False)
 
 
@@ -130,7 +149,7 @@ def main(argv: list[str]) -> None:
         for jar in resolve_one(argv[0]):
             print(jar)
         return
-    for which in ("spark", "kafka"):
+    for which in TARGETS:
         subprocess.run([sys.executable, "-m", "spark_jobs.jars", which], check=True)
 
 

@@ -10,8 +10,8 @@ the persistent catalog (Derby allows one process).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 

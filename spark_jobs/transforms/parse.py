@@ -77,11 +77,6 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
     horizon = F.lit(int(processing_time.timestamp() * 1000) + stamp.max_future_skew_ms)
     is_data = ~_is_marker(config)
     corrupt = F.col("text").isNull() | F.col(f"text.{CORRUPT}").isNotNull()
-    if config.source.format == "csv":
-        expected_header = ",".join(config.schema)
-        header_ok = F.col("header") == F.lit(expected_header)
-    else:
-        header_ok = F.lit(True)
 
     wrong_types = [
         (
@@ -96,11 +91,6 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
     checks: list[tuple[str, Column, Column]] = [
         ("empty_record", F.col("raw").isNull() | (F.trim(F.col("raw")) == ""), F.lit("no content")),
         ("malformed_record", corrupt, F.lit(f"not a valid {config.source.format.upper()} record")),
-        (
-            "csv_header_mismatch",
-            ~header_ok,
-            F.format_string(f"file header %s is not {','.join(config.schema)}", F.col("header")),
-        ),
         ("missing_key", is_data & _any([c for c, _ in missing_keys]), _first(missing_keys)),
         ("missing_timestamp", text[stamp.column].isNull(), F.lit(f"{stamp.column} is missing")),
         (
@@ -119,6 +109,17 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
             F.format_string(f"{stamp.column}: %s is beyond the allowed future skew", text[stamp.column]),
         ),
     ]
+    if config.source.format == "csv":
+        expected = ",".join(config.schema)
+        mismatch = F.col("header") != F.lit(expected)
+        checks.insert(
+            2,
+            (
+                "csv_header_mismatch",
+                mismatch,
+                F.format_string(f"file header %s is not {expected}", F.col("header")),
+            ),
+        )
     if wrong_types:
         checks.append(("wrong_type", _any([c for c, _ in wrong_types]), _first(wrong_types)))
     if partition is not None and config.source.kind == "files":

@@ -5,7 +5,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Row
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.jars import jars_dir
+from spark_jobs.jars import jars_dir, token_provider_dir
 from spark_jobs.tables import LAYERS, TableRegistry, ops_tables
 from tests.unit.test_config import PIPELINES
 
@@ -15,7 +15,8 @@ pytestmark = pytest.mark.spark
 def test_session_uses_utc_and_only_local_jar_files(spark):
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     jars = spark.sparkContext.getConf().get("spark.jars").split(",")
-    assert jars and all(jar.startswith(str(jars_dir())) and jar.endswith(".jar") for jar in jars)
+    folders = (str(jars_dir()), str(token_provider_dir()))
+    assert jars and all(jar.startswith(folders) and jar.endswith(".jar") for jar in jars)
     assert spark.conf.get("spark.jars.packages", None) is None
 
 

@@ -15,6 +15,10 @@ pytestmark = pytest.mark.spark
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+RAW_SCHEMA = (
+    "raw string, source_partition string, source_file string, "
+    "source_offset long, ingest_time timestamp, header string"
+)
 
 
 def config(**changes):
@@ -38,7 +42,7 @@ def parse(spark, lines, cfg=None, source_partition=None):
     rows = [(line, source_partition, "/landing/f.json", i + 1, NOW, None) for i, line in enumerate(lines)]
     raw = spark.createDataFrame(
         rows,
-        "raw string, source_partition string, source_file string, source_offset long, ingest_time timestamp, header string",
+        RAW_SCHEMA,
     )
     return parse_records(raw, cfg or config(), NOW).collect()
 
@@ -117,7 +121,14 @@ def test_reject_detail_names_the_offending_field_and_value(spark):
 )
 def test_every_timestamp_format_gives_the_utc_event_time(spark, fmt, timezone, value, expected):
     kind = "long" if fmt == "epoch_millis" else ("double" if fmt == "epoch_seconds" else "string")
-    schema = {"device_id": "string", "ts": kind, "region": "string", "battery": "double", "speed": "double", "partition": "int"}
+    schema = {
+        "device_id": "string",
+        "ts": kind,
+        "region": "string",
+        "battery": "double",
+        "speed": "double",
+        "partition": "int",
+    }
     cfg = config(schema=schema, event_time={"column": "ts", "format": fmt, "timezone": timezone})
     [row] = parse(spark, [record(ts=value)], cfg)
     assert row.reason is None, row.detail
@@ -125,13 +136,28 @@ def test_every_timestamp_format_gives_the_utc_event_time(spark, fmt, timezone, v
 
 
 def test_a_pattern_that_does_not_match_is_unparseable(spark):
-    schema = {"device_id": "string", "ts": "string", "region": "string", "battery": "double", "speed": "double", "partition": "int"}
+    schema = {
+        "device_id": "string",
+        "ts": "string",
+        "region": "string",
+        "battery": "double",
+        "speed": "double",
+        "partition": "int",
+    }
     cfg = config(schema=schema, event_time={"column": "ts", "format": "yyyy-MM-dd HH:mm:ss"})
     assert reason_of(spark, record(ts="2026-01-01T00:00:00Z"), cfg) == "unparseable_timestamp"
 
 
 def test_punctuated_markers_need_no_key_and_stay_in_bronze(spark):
-    schema = {"device_id": "string", "ts": "long", "region": "string", "battery": "double", "speed": "double", "partition": "int", "wm": "boolean"}
+    schema = {
+        "device_id": "string",
+        "ts": "long",
+        "region": "string",
+        "battery": "double",
+        "speed": "double",
+        "partition": "int",
+        "wm": "boolean",
+    }
     cfg = config(schema=schema, watermark={"strategy": "punctuated", "marker_column": "wm"})
     marker = json.dumps({"ts": T0, "partition": 1, "wm": True})
     [row] = parse(spark, [marker], cfg)
@@ -148,7 +174,7 @@ def test_csv_records_are_parsed_by_position_and_wrong_field_counts_are_malformed
     ]
     raw = spark.createDataFrame(
         rows,
-        "raw string, source_partition string, source_file string, source_offset long, ingest_time timestamp, header string",
+        RAW_SCHEMA,
     )
     parsed = parse_records(raw, cfg, NOW).orderBy("source_file", "source_offset").collect()
     assert [r.reason for r in parsed] == [None, "malformed_record", "csv_header_mismatch"]
@@ -157,7 +183,8 @@ def test_csv_records_are_parsed_by_position_and_wrong_field_counts_are_malformed
 
 def test_split_lines_numbers_lines_and_ignores_only_the_trailing_newline(spark):
     files = spark.createDataFrame(
-        [("a\r\n\nb\n", "/l/one.json", NOW), ("h\nx", "/l/two.csv", NOW)], "value string, source_file string, ingest_time timestamp"
+        [("a\r\n\nb\n", "/l/one.json", NOW), ("h\nx", "/l/two.csv", NOW)],
+        "value string, source_file string, ingest_time timestamp",
     )
     rows = split_lines(files.where("source_file like '%json'"), has_header=False).collect()
     assert [(r.raw, r.source_offset) for r in rows] == [("a", 1), ("", 2), ("b", 3)]

@@ -1,0 +1,193 @@
+"""Bronze against real components: spark-submit, files on disk, a real Kafka broker."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from spark_jobs.cli import main as tidemark
+from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, send_to_kafka, write_landing
+from tests.integration.conftest import (
+    assert_bronze_reconciles,
+    delta_commits,
+    kill_hard,
+    registry_for,
+    run_job,
+    start_job,
+    wait_for,
+    write_pipeline,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+FLEET = FleetSpec(
+    devices=40, partitions=4, seed=7, duration_ms=20 * 60_000, late_ratio=0.01, malformed_ratio=0.03
+)
+
+
+def land(tmp_path: Path, file_format: str = "json", spec: FleetSpec = FLEET, per_file: int = 400, **source):
+    lakehouse = tmp_path / "lakehouse"
+    landing = tmp_path / "landing"
+    pipeline = write_pipeline(
+        tmp_path, source={"kind": "files", "path": str(landing), "format": file_format, **source}
+    )
+    generated = generate(spec, malformed_kinds("files"))
+    files = write_landing(generated, landing, per_file, file_format)
+    return pipeline, lakehouse, generated, Manifest.of(generated), files
+
+
+def test_json_landing_zone_reconciles_exactly_through_spark_submit(spark, tmp_path):
+    pipeline, lakehouse, generated, manifest, files = land(tmp_path)
+    assert set(manifest.rejected) == set(malformed_kinds("files"))  # every reason is exercised
+
+    run_job("bronze", pipeline, lakehouse)
+
+    registry = registry_for(pipeline, lakehouse)
+    assert_bronze_reconciles(spark, registry, manifest, generated)
+    bronze = spark.read.format("delta").load(registry.bronze.path)
+    # ingest_time is the file's arrival; source_offset its line number.
+    first = files[0]
+    arrived = datetime.fromtimestamp(os.stat(first).st_mtime, UTC).replace(tzinfo=None)
+    rows = (
+        bronze.where(bronze.source_file.endswith(Path(first).name))
+        .select("ingest_time", "source_offset")
+        .collect()
+    )
+    rejects = spark.read.format("delta").load(registry.ops["rejects"].path)
+    rejected_lines = [
+        r.source_offset for r in rejects.where(rejects.source_file.endswith(Path(first).name)).collect()
+    ]
+    assert sorted([r.source_offset for r in rows] + rejected_lines) == list(range(1, 401))
+    assert {abs((r.ingest_time - arrived).total_seconds()) < 0.002 for r in rows} == {True}
+    runs = spark.read.format("delta").load(registry.ops["runs"].path).where("status = 'succeeded'").collect()
+    assert [(r.job, r.rows_in, r.rows_out, r.rejected) for r in runs] == [
+        ("bronze", manifest.records, manifest.valid, manifest.records - manifest.valid)
+    ]
+
+
+def test_csv_landing_zone_reconciles_exactly_through_the_cli(spark, tmp_path):
+    pipeline, lakehouse, generated, manifest, _ = land(
+        tmp_path, "csv", FleetSpec(devices=12, seed=3, duration_ms=600_000, malformed_ratio=0.05)
+    )
+
+    assert (
+        tidemark(
+            [
+                "bronze",
+                "--pipeline",
+                str(pipeline),
+                "--lakehouse",
+                str(lakehouse),
+                "--trigger",
+                "available-now",
+            ]
+        )
+        == 0
+    )
+
+    assert_bronze_reconciles(spark, registry_for(pipeline, lakehouse), manifest, generated)
+
+
+def test_a_replayed_micro_batch_writes_nothing_twice(spark, tmp_path):
+    """A crash after the Delta writes but before the checkpoint commit replays the
+    batch: Delta's txnAppId/txnVersion make the replay a no-op."""
+    pipeline, lakehouse, generated, manifest, _ = land(tmp_path, max_files_per_trigger=2)
+    run_job("bronze", pipeline, lakehouse)
+    registry = registry_for(pipeline, lakehouse)
+    commits = Path(lakehouse, "_checkpoints", registry.config.name, "bronze", "commits")
+    last = max(commits.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    last.unlink()  # the batch ran and wrote, but "crashed" before committing
+    last.with_name(f".{last.name}.crc").unlink(missing_ok=True)
+    versions = delta_commits(registry.bronze.path)
+
+    run_job("bronze", pipeline, lakehouse)
+
+    runs = (
+        spark.read.format("delta")
+        .load(registry.ops["runs"].path)
+        .where("status = 'succeeded'")
+        .orderBy("started_at")
+    )
+    replay = runs.collect()[-1]
+    assert replay.batches == 1 and replay.rows_in > 0  # the batch really ran again
+    assert delta_commits(registry.bronze.path) == versions  # and Delta skipped its writes
+    assert_bronze_reconciles(spark, registry, manifest, generated)
+
+
+def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing_files(spark, tmp_path):
+    pipeline, lakehouse, generated, manifest, files = land(tmp_path, per_file=100, max_files_per_trigger=1)
+    registry = registry_for(pipeline, lakehouse)
+    total_files = len(files)
+
+    job = start_job("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "200ms")
+    wait_for(lambda: delta_commits(registry.bronze.path) >= 6, 240, "bronze to commit a few batches")
+    kill_hard(job)
+    partial = spark.read.format("delta").load(registry.bronze.path).count()
+    assert 0 < partial < manifest.valid, "the kill should land mid-stream"
+
+    run_job("bronze", pipeline, lakehouse)
+
+    assert total_files > 20
+    assert_bronze_reconciles(spark, registry, manifest, generated)
+
+
+def test_kafka_topic_reconciles_exactly_and_keeps_kafka_coordinates(spark, tmp_path, kafka_broker):
+    topic = "telemetry_e2e"
+    kafka_broker.create_topic(topic, 4)
+    pipeline = write_pipeline(
+        tmp_path,
+        source={"kind": "kafka", "bootstrap_servers": kafka_broker.bootstrap_servers, "topic": topic},
+    )
+    lakehouse = tmp_path / "lakehouse"
+    generated = generate(FLEET, malformed_kinds("kafka"))
+    manifest = Manifest.of(generated)
+    send_to_kafka(generated, kafka_broker.bootstrap_servers, topic)
+
+    run_job("bronze", pipeline, lakehouse)
+
+    registry = registry_for(pipeline, lakehouse)
+    assert_bronze_reconciles(spark, registry, manifest, generated)
+    bronze = spark.read.format("delta").load(registry.bronze.path)
+    rejects = spark.read.format("delta").load(registry.ops["rejects"].path)
+    both = bronze.select("source_partition", "source_offset").union(
+        rejects.select("source_partition", "source_offset")
+    )
+    offsets = both.groupBy("source_partition").agg(
+        F.count("*").alias("n"), F.min("source_offset").alias("lo"), F.max("source_offset").alias("hi")
+    )
+    # Every Kafka offset of every partition is accounted for, once.
+    assert {r.source_partition: (r.n, r.lo, r.hi) for r in offsets.collect()} == {
+        str(p): (n, 0, n - 1) for p, n in manifest.per_partition.items()
+    }
+
+
+def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing_kafka(spark, tmp_path, kafka_broker):
+    topic = "telemetry_crash"
+    kafka_broker.create_topic(topic, 4)
+    pipeline = write_pipeline(
+        tmp_path,
+        source={
+            "kind": "kafka",
+            "bootstrap_servers": kafka_broker.bootstrap_servers,
+            "topic": topic,
+            "max_offsets_per_trigger": 300,
+        },
+    )
+    lakehouse = tmp_path / "lakehouse"
+    registry = registry_for(pipeline, lakehouse)
+    generated = generate(FLEET, malformed_kinds("kafka"))
+    manifest = Manifest.of(generated)
+    send_to_kafka(generated, kafka_broker.bootstrap_servers, topic)
+
+    job = start_job("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "200ms")
+    wait_for(lambda: delta_commits(registry.bronze.path) >= 6, 240, "bronze to commit a few batches")
+    kill_hard(job)
+    assert 0 < spark.read.format("delta").load(registry.bronze.path).count() < manifest.valid
+
+    run_job("bronze", pipeline, lakehouse)
+
+    assert_bronze_reconciles(spark, registry, manifest, generated)
