@@ -41,7 +41,11 @@ def _tables(args: argparse.Namespace) -> int:
     return 0
 
 
-JOBS = {"bronze": "ingest a pipeline's source into bronze and ops.rejects (streaming)"}
+JOBS = {
+    "bronze": "ingest a pipeline's source into bronze and ops.rejects (streaming)",
+    "silver": "event-time windows, quarantine and watermarks from bronze (streaming)",
+    "replay": "replay a static file through bronze and silver with controlled micro-batches",
+}
 
 
 def _run_job(job: str, job_args: Sequence[str]) -> int:

@@ -208,6 +208,38 @@ def chunk(records: Sequence[Generated], size: int) -> Iterable[Sequence[Generate
         yield records[start : start + size]
 
 
+def land_files(
+    files: Iterable[Sequence[str]],
+    folder: str | Path,
+    extension: str,
+    prefix: str = "part",
+    rate: float | None = None,
+) -> list[str]:
+    """Land each list of lines as one file, in order. Each file appears atomically
+    (written under a hidden name, then renamed) with a strictly increasing
+    modification time, because Spark's file source takes files in mtime order.
+    ``rate`` paces the files to that many lines per second."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    existing = [p.stat().st_mtime for p in folder.iterdir() if p.is_file()]
+    mtime = max([time.time(), *(m + 0.01 for m in existing)])
+    written = []
+    started = time.monotonic()
+    sent = 0
+    for index, lines in enumerate(files):
+        name = f"{prefix}-{int(mtime * 1000)}-{index:06d}.{extension}"
+        hidden = folder / f".{name}.tmp"
+        hidden.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        os.utime(hidden, (mtime, mtime))
+        hidden.rename(folder / name)
+        written.append(str(folder / name))
+        mtime += 0.01
+        sent += len(lines)
+        if rate:
+            time.sleep(max(0.0, sent / rate - (time.monotonic() - started)))
+    return written
+
+
 def write_landing(
     records: Sequence[Generated],
     folder: str | Path,
@@ -216,32 +248,16 @@ def write_landing(
     rate: float | None = None,
     prefix: str = "part",
 ) -> list[str]:
-    """Land records as files in arrival order. Each file appears atomically (written
-    under a hidden name, then renamed) with a strictly increasing modification
-    time, because Spark's file source takes files in mtime order."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    existing = [p.stat().st_mtime for p in folder.iterdir() if p.is_file()]
-    mtime = max([time.time(), *(m + 0.01 for m in existing)])
-    written = []
-    started = time.monotonic()
-    sent = 0
-    for index, batch in enumerate(chunk(records, records_per_file)):
-        name = f"{prefix}-{int(mtime * 1000)}-{index:06d}.{file_format}"
-        hidden = folder / f".{name}.tmp"
+    """Land generated records as files of ``records_per_file``, in arrival order."""
+
+    def lines(batch: Sequence[Generated]) -> list[str]:
         if file_format == "csv":
-            lines = [",".join(FIELDS), *(as_csv_line(r) for r in batch)]
-        else:
-            lines = [r.line for r in batch]
-        hidden.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.utime(hidden, (mtime, mtime))
-        hidden.rename(folder / name)
-        written.append(str(folder / name))
-        mtime += 0.01
-        sent += len(batch)
-        if rate:
-            time.sleep(max(0.0, sent / rate - (time.monotonic() - started)))
-    return written
+            return [",".join(FIELDS), *(as_csv_line(r) for r in batch)]
+        return [r.line for r in batch]
+
+    return land_files(
+        (lines(batch) for batch in chunk(records, records_per_file)), folder, file_format, prefix, rate
+    )
 
 
 def send_to_kafka(

@@ -35,6 +35,7 @@ from pyspark.sql.types import (
 
 from spark_jobs.config import PipelineConfig
 
+CHANGE_FEED = ("delta.enableChangeDataFeed", "true")
 LAYERS = ("bronze", "silver", "quarantine", "gold", "ops")
 
 SPARK_TYPES: dict[str, DataType] = {
@@ -66,6 +67,7 @@ class TableRef:
     path: str
     schema: StructType
     partition_by: tuple[str, ...] = ()
+    properties: tuple[tuple[str, str], ...] = ()
 
     @property
     def sql_name(self) -> str:
@@ -157,7 +159,7 @@ def ops_tables(root: str | None = None) -> list[TableRef]:
             ("message", string),
         ),
     }
-    partitioned = {"rejects": ("pipeline",), "watermark_history": ("pipeline",), "runs": ("pipeline",)}
+    partitioned = {name: ("pipeline",) for name in specs}
     return [
         TableRef("ops", name, join(root, "ops", name), StructType(fields), partitioned.get(name, ()))
         for name, fields in specs.items()
@@ -173,9 +175,16 @@ class TableRegistry:
         self._ops = {table.name: table for table in ops_tables(self.root)}
 
     def _ref(
-        self, layer: str, name: str, fields: list[StructField], partition_by: tuple[str, ...] = ()
+        self,
+        layer: str,
+        name: str,
+        fields: list[StructField],
+        partition_by: tuple[str, ...] = (),
+        properties: tuple[tuple[str, str], ...] = (),
     ) -> TableRef:
-        return TableRef(layer, name, join(self.root, layer, name), StructType(fields), partition_by)
+        return TableRef(
+            layer, name, join(self.root, layer, name), StructType(fields), partition_by, properties
+        )
 
     @property
     def landing_path(self) -> str | None:
@@ -205,7 +214,8 @@ class TableRegistry:
 
     @property
     def bronze(self) -> TableRef:
-        return self._ref("bronze", self.config.name, self.bronze_fields())
+        # Silver reads bronze's change feed: it tags each row with its bronze commit.
+        return self._ref("bronze", self.config.name, self.bronze_fields(), properties=(CHANGE_FEED,))
 
     @property
     def silver(self) -> TableRef:
@@ -293,6 +303,8 @@ def create_if_missing(spark: SparkSession, table: TableRef) -> bool:
     builder = DeltaTable.createIfNotExists(spark).location(table.path).addColumns(table.schema)
     if table.partition_by:
         builder = builder.partitionedBy(*table.partition_by)
+    for key, value in table.properties:
+        builder = builder.property(key, value)
     try:
         builder.execute()
     except Exception:

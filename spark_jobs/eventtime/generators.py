@@ -57,6 +57,14 @@ class PartitionGenerator:
         self.max_timestamp: int | None = None
         self._watermark = MIN_WATERMARK
 
+    @classmethod
+    def restored(cls, spec: WatermarkSpec, max_timestamp: int | None, watermark: int) -> PartitionGenerator:
+        """A generator as it stood when its state was saved."""
+        generator = cls(spec)
+        generator.max_timestamp = max_timestamp
+        generator._watermark = watermark
+        return generator
+
     def on_event(self, timestamp: int) -> None:
         if self.spec.strategy == "punctuated":
             return

@@ -29,9 +29,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_jobs.eventtime.clock import MAX_WATERMARK
-from spark_jobs.eventtime.generators import PartitionGenerator, WatermarkSpec
-from spark_jobs.eventtime.valve import WatermarkValve
+from spark_jobs.eventtime.generators import WatermarkSpec
+from spark_jobs.eventtime.tracker import PartitionInput, WatermarkTracker
 from spark_jobs.eventtime.windows import Window, WindowSpec, is_cleaned, is_fired
 
 AGGREGATES = ("count", "sum", "min", "max", "avg", "approx_distinct")
@@ -157,6 +156,20 @@ def aggregate(column: str, function: str, records: Sequence[Record]) -> Any:
     return sum(values) / len(values)
 
 
+def summarize(records: Sequence[Record]) -> dict[Hashable, PartitionInput]:
+    """A batch as the generators see it: per partition, the largest data timestamp
+    and the largest marker (a bounded generator only ever needs the maximum)."""
+    data: dict[Hashable, int] = {}
+    markers: dict[Hashable, int] = {}
+    for record in records:
+        seen = markers if record.marker else data
+        seen[record.partition] = max(seen.get(record.partition, record.timestamp), record.timestamp)
+    return {
+        partition: PartitionInput(data.get(partition), markers.get(partition))
+        for partition in sorted({*data, *markers}, key=str)
+    }
+
+
 def measure_columns(measures: Mapping[str, Sequence[str]]) -> list[str]:
     return [f"{column}_{function}" for column, functions in measures.items() for function in functions]
 
@@ -164,9 +177,8 @@ def measure_columns(measures: Mapping[str, Sequence[str]]) -> list[str]:
 class ReferencePipeline:
     def __init__(self, rules: Rules, start_time: int = 0) -> None:
         self.rules = rules
-        self.valve = WatermarkValve(rules.watermark.idleness_ms)
-        self.valve.declare(rules.partitions, now=start_time)
-        self.generators: dict[Hashable, PartitionGenerator] = {}
+        self.tracker = WatermarkTracker(rules.watermark)
+        self.tracker.valve.declare(rules.partitions, now=start_time)
         self.states: dict[tuple[tuple, Window], _WindowState] = {}
         self.firings: list[Firing] = []
         self.quarantined: list[QuarantinedPair] = []
@@ -181,24 +193,17 @@ class ReferencePipeline:
 
     def process(self, batch: Batch) -> BatchWatermark:
         index = len(self.history)
-        before = self.valve.watermark
-        on_time, late = self._judge(index, batch.records, before)
-        for record in batch.records:
-            generator = self.generators.setdefault(record.partition, PartitionGenerator(self.rules.watermark))
-            if record.marker:
-                generator.on_marker(record.timestamp)
-            else:
-                generator.on_event(record.timestamp)
-        emitted = {p: self.generators[p].emit() for p in {r.partition for r in batch.records}}
-        state = self.valve.update(batch.processing_time, emitted, batch.backlog)
+        on_time, late = self._judge(index, batch.records, self.tracker.watermark)
+        state = self.tracker.advance(batch.processing_time, summarize(batch.records), batch.backlog)
         return self._advance(
             index, state.watermark, state.active_partitions, state.idle_partitions, on_time, late
         )
 
     def flush(self) -> BatchWatermark:
-        self.valve.watermark = MAX_WATERMARK
-        active = sum(not clock.is_idle for clock in self.valve.clocks.values())
-        return self._advance(len(self.history), MAX_WATERMARK, active, len(self.valve.clocks) - active, 0, 0)
+        state = self.tracker.flush()
+        return self._advance(
+            len(self.history), state.watermark, state.active_partitions, state.idle_partitions, 0, 0
+        )
 
     def _judge(self, index: int, records: Sequence[Record], watermark: int) -> tuple[int, int]:
         on_time = late = 0

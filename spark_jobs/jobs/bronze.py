@@ -78,7 +78,11 @@ class BronzeBatchWriter:
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser("bronze", "Ingest a pipeline's source into bronze and ops.rejects.")
     context = JobContext.from_args("bronze", parser.parse_args(argv))
-    spark = build_session(f"tidemark-bronze-{context.config.name}")
+    return run(build_session(f"tidemark-bronze-{context.config.name}"), context)
+
+
+def run(spark: SparkSession, context: JobContext) -> int:
+    """Run bronze in this session (replays and benchmarks share one session)."""
     context.registry.create_missing(spark)
     totals = RunTotals()
     writer = BronzeBatchWriter(spark, context, totals)

@@ -1,0 +1,492 @@
+"""Silver: bronze stream -> watermark bookkeeping -> windows -> silver, quarantine, ops.
+
+The event-time micro-batch is the bronze commit: silver reads bronze's change
+feed, so every record carries the bronze version (the source micro-batch) that
+brought it. However many bronze commits one silver trigger picks up, each is
+judged and advances the watermark on its own, so silver's results do not depend
+on how often silver itself runs, nor on restarts.
+
+Per silver trigger:
+1. per (bronze version, source partition): largest timestamp, largest marker,
+   processing time: a tiny table, collected to the driver;
+2. on the driver, the shared :class:`WatermarkTracker` (rebuilt from
+   ``ops.watermarks``) walks the versions in order: watermark before and after
+   each, active and idle partitions;
+3. in Spark: assign windows, judge every (record, window) pair against its
+   version's starting watermark, pre-aggregate on-time pairs per (window, key);
+4. writes, each idempotent under a replay of the same trigger (Delta txn app
+   id/version): quarantine append, silver MERGE (partials, revisions, firing
+   and closing), watermark history append, and ``ops.watermarks`` last, so a
+   crash anywhere before it replays from the same starting clocks.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
+from spark_jobs.eventtime.tracker import PartitionInput, PartitionSnapshot, WatermarkTracker
+from spark_jobs.jobs.bronze import idempotent_append
+from spark_jobs.jobs.common import (
+    JobContext,
+    RunTotals,
+    exit_on_config_error,
+    job_parser,
+    run_stream,
+    start_stream,
+    stream_app_id,
+)
+from spark_jobs.session import build_session
+from spark_jobs.tables import TableRegistry
+from spark_jobs.transforms.aggregates import finished_measures, merged_measures
+from spark_jobs.transforms.windows import (
+    assign_windows,
+    is_marker,
+    judge_pairs,
+    record_millis,
+    revision_columns,
+    window_partials,
+)
+
+LATE_REASON = "window_cleaned"
+# (version, partition, max data ts, max marker, processing ms, rows)
+Summary = tuple[int, str, int | None, int | None, int, int]
+
+
+@dataclass(frozen=True)
+class VersionClock:
+    """The pipeline clock around one bronze version (one event-time micro-batch)."""
+
+    version: int
+    processing_ms: int
+    watermark_before: int
+    watermark_after: int
+    active_partitions: int
+    idle_partitions: int
+
+
+@contextmanager
+def delta_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
+    """Make the enclosed Delta DML (MERGE) idempotent: Delta skips it when this
+    (app id, version) already committed to the table."""
+    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def read_bronze_changes(spark: SparkSession, registry: TableRegistry) -> DataFrame:
+    """Bronze as a stream of inserts, each tagged with its bronze commit ``version``."""
+    return (
+        spark.readStream.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .load(registry.bronze.path)
+        .where(F.col("_change_type") == "insert")
+        .withColumnRenamed("_commit_version", "version")
+        .drop("_change_type", "_commit_timestamp")
+    )
+
+
+def timed_records(changes: DataFrame, registry: TableRegistry) -> DataFrame:
+    """Bronze rows with ``ts_ms`` (the time characteristic) and ``is_marker``."""
+    config = registry.config
+    return changes.withColumn("ts_ms", record_millis(config)).withColumn("is_marker", is_marker(config))
+
+
+def version_summary(records: DataFrame) -> list[Summary]:
+    """Per bronze version and partition, what the watermark generators need."""
+    rows = (
+        records.groupBy("version", "source_partition")
+        .agg(
+            F.max(F.when(~F.col("is_marker"), F.col("ts_ms"))).alias("max_ts"),
+            F.max(F.when(F.col("is_marker"), F.col("ts_ms"))).alias("max_marker"),
+            F.max(F.unix_millis("processing_time")).alias("processing_ms"),
+            F.count(F.lit(1)).alias("rows"),
+        )
+        .collect()
+    )
+    return sorted(
+        (r.version, r.source_partition, r.max_ts, r.max_marker, r.processing_ms, r.rows) for r in rows
+    )
+
+
+def load_tracker(spark: SparkSession, registry: TableRegistry) -> WatermarkTracker:
+    """The pipeline clock as the last committed silver batch left it."""
+    pipeline = registry.config.name
+    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
+    latest = history.where(F.col("pipeline") == pipeline).agg(F.max("watermark")).first()[0]
+    tracker = WatermarkTracker(registry.config.watermark, MIN_WATERMARK if latest is None else latest)
+    clocks = spark.read.format("delta").load(registry.ops["watermarks"].path)
+    saved = clocks.where(F.col("pipeline") == pipeline).select(
+        "source_partition",
+        F.unix_millis("max_event_time").alias("max_timestamp"),
+        "partition_watermark",
+        F.unix_millis("last_data_at").alias("last_data_at"),
+        "is_idle",
+        "is_aligned",
+    )
+    for row in saved.collect():
+        tracker.restore(PartitionSnapshot(*row))
+    return tracker
+
+
+def _moment(millis: int | None) -> datetime | None:
+    return None if millis is None else datetime.fromtimestamp(millis / 1000, UTC)
+
+
+def plan_clocks(
+    tracker: WatermarkTracker,
+    summary: Sequence[Summary],
+    later_backlog: set[str],
+) -> list[VersionClock]:
+    """Advance ``tracker`` through the versions of ``summary`` in order. A partition
+    that still has records in a later version (of this trigger, or already in
+    bronze beyond it) has a backlog and is never idle."""
+    versions = sorted({row[0] for row in summary})
+    by_version: dict[int, dict[str, PartitionInput]] = {v: {} for v in versions}
+    processing: dict[int, int] = {}
+    for version, partition, max_ts, max_marker, processing_ms, _ in summary:
+        by_version[version][partition] = PartitionInput(max_ts, max_marker)
+        processing[version] = max(processing.get(version, processing_ms), processing_ms)
+    plan = []
+    for index, version in enumerate(versions):
+        backlog = set(later_backlog)
+        for later in versions[index + 1 :]:
+            backlog.update(by_version[later])
+        before = tracker.watermark
+        state = tracker.advance(processing[version], by_version[version], backlog)
+        plan.append(
+            VersionClock(
+                version,
+                processing[version],
+                before,
+                state.watermark,
+                state.active_partitions,
+                state.idle_partitions,
+            )
+        )
+    return plan
+
+
+def firing_update(final_watermark: int, lateness_ms: int) -> tuple[F.Column, dict[str, F.Column]]:
+    """For silver rows that received nothing: (condition, assignments) that fire the
+    windows the watermark has passed (revision 0 -> 1) and close the ones past their
+    allowed lateness. Rows already fired and not yet due to close are left alone."""
+    end_ms = F.unix_millis(F.col("window_end"))
+    fires = end_ms - F.lit(1) <= F.lit(final_watermark)
+    closes = end_ms - F.lit(1) + F.lit(lateness_ms) <= F.lit(final_watermark)
+    condition = (F.col("status") != "closed") & ((fires & (F.col("revision") == 0)) | closes)
+    assignments = {
+        "revision": F.greatest(F.col("revision"), F.lit(1)),
+        "status": F.when(closes, F.lit("closed")).otherwise(F.lit("fired")),
+    }
+    return condition, assignments
+
+
+def merge_windows(
+    spark: SparkSession,
+    registry: TableRegistry,
+    partials: DataFrame,
+    plan: Sequence[VersionClock],
+    app_id: str,
+    batch_id: int,
+    now: datetime,
+) -> None:
+    """One MERGE: add partials (insert or merge), move revisions, fire windows the
+    watermark has passed and close the ones past their allowed lateness."""
+    config = registry.config
+    lateness = config.allowed_lateness_ms
+    silver = registry.silver
+    key = config.key
+    final_watermark = plan[-1].watermark_after
+    moment = F.lit(now).cast("timestamp")
+
+    def status(revision: F.Column, window_end_ms: F.Column) -> F.Column:
+        closed = window_end_ms - F.lit(1) + F.lit(lateness) <= F.lit(final_watermark)
+        return F.when(closed, F.lit("closed")).when(revision >= 1, F.lit("fired")).otherwise(F.lit("open"))
+
+    source = partials.select(
+        "*",
+        F.timestamp_millis("window_start_ms").alias("window_start"),
+        F.timestamp_millis("window_end_ms").alias("window_end"),
+        *revision_columns([clock.version for clock in plan], [clock.watermark_after for clock in plan]),
+    )
+    due, fired = firing_update(final_watermark, lateness)
+    source_end = F.unix_millis(F.col("s.window_end"))
+    matched_revision = F.when(F.col("t.revision") >= 1, F.col("t.revision") + F.col("s.refires")).otherwise(
+        F.col("s.revision_if_open")
+    )
+    condition = " AND ".join(f"t.{column} <=> s.{column}" for column in ("window_start", "window_end", *key))
+    merged = merged_measures(config)
+    finished = finished_measures(config)
+    target = DeltaTable.forPath(spark, silver.path).alias("t")
+    with delta_txn(spark, f"{app_id}:silver", batch_id):
+        (
+            target.merge(source.alias("s"), condition)
+            .whenMatchedUpdate(
+                set={
+                    **merged,
+                    "revision": matched_revision,
+                    "status": status(matched_revision, source_end),
+                    "updated_at": moment,
+                }
+            )
+            .whenNotMatchedInsert(
+                values={
+                    "window_start": F.col("s.window_start"),
+                    "window_end": F.col("s.window_end"),
+                    **{column: F.col(f"s.{column}") for column in key},
+                    **finished,
+                    "revision": F.col("s.revision_if_new"),
+                    "status": status(F.col("s.revision_if_new"), source_end),
+                    "late_merged_count": F.lit(0).cast("long"),
+                    "updated_at": moment,
+                }
+            )
+            .whenNotMatchedBySourceUpdate(condition=due, set={**fired, "updated_at": moment})
+            .execute()
+        )
+
+
+def write_history(
+    spark: SparkSession,
+    registry: TableRegistry,
+    plan: Sequence[VersionClock],
+    counts: dict[int, tuple[int, int]],
+    app_id: str,
+    batch_id: int,
+) -> None:
+    table = registry.ops["watermark_history"]
+    rows = [
+        (
+            registry.config.name,
+            clock.version,
+            clock.watermark_after,
+            clock.active_partitions,
+            clock.idle_partitions,
+            counts.get(clock.version, (0, 0))[0],
+            counts.get(clock.version, (0, 0))[1],
+            _moment(clock.processing_ms),
+        )
+        for clock in plan
+    ]
+    idempotent_append(spark.createDataFrame(rows, table.schema), table, f"{app_id}:history", batch_id)
+
+
+def write_partition_clocks(
+    spark: SparkSession,
+    registry: TableRegistry,
+    tracker: WatermarkTracker,
+    last_version: int,
+    app_id: str,
+    batch_id: int,
+    now: datetime,
+) -> None:
+    table = registry.ops["watermarks"]
+    rows = [
+        (
+            registry.config.name,
+            str(snapshot.partition),
+            _moment(snapshot.max_timestamp),
+            snapshot.watermark,
+            snapshot.is_idle,
+            snapshot.is_aligned,
+            _moment(snapshot.last_data_at),
+            last_version,
+            now,
+        )
+        for snapshot in tracker.snapshots()
+    ]
+    if not rows:
+        return
+    updates = spark.createDataFrame(rows, table.schema).alias("s")
+    target = DeltaTable.forPath(spark, table.path).alias("t")
+    with delta_txn(spark, f"{app_id}:watermarks", batch_id):
+        (
+            target.merge(
+                updates,
+                f"t.pipeline = '{registry.config.name}' AND t.pipeline = s.pipeline "
+                "AND t.source_partition = s.source_partition",
+            )
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+
+def quarantine_rows(late: DataFrame, registry: TableRegistry, now: datetime) -> DataFrame:
+    moment = F.lit(now).cast("timestamp")
+    return late.select(
+        *registry.bronze.schema.fieldNames(),
+        F.timestamp_millis("window_start_ms").alias("window_start"),
+        F.timestamp_millis("window_end_ms").alias("window_end"),
+        F.col("watermark"),
+        (F.col("watermark") - F.col("ts_ms")).alias("lateness_ms"),
+        F.lit(LATE_REASON).alias("reason"),
+        F.lit("pending").alias("status"),
+        moment.alias("quarantined_at"),
+        F.lit(None).cast("timestamp").alias("merged_at"),
+        F.lit(None).cast("string").alias("merge_run_id"),
+    )
+
+
+def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: int) -> set[str]:
+    """Partitions with records already in bronze beyond ``last_version`` (not yet
+    read by silver): a slow partition in a backfill is never idle."""
+    latest = DeltaTable.forPath(spark, registry.bronze.path).history(1).first().version
+    if latest <= last_version:
+        return set()
+    later = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", last_version + 1)
+        .option("endingVersion", latest)
+        .load(registry.bronze.path)
+        .select("source_partition")
+        .distinct()
+    )
+    return {row.source_partition for row in later.collect()}
+
+
+class SilverBatchWriter:
+    def __init__(self, spark: SparkSession, context: JobContext, totals: RunTotals) -> None:
+        self.spark = spark
+        self.context = context
+        self.totals = totals
+        self.app_id: str | None = None
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = self.spark
+        registry = self.context.registry
+        config = registry.config
+        self.app_id = self.app_id or stream_app_id(spark, self.context.checkpoint)
+        now = datetime.now(UTC)
+        records = timed_records(batch, registry).persist()
+        try:
+            summary = version_summary(records)
+            if not summary:
+                return
+            last_version = max(row[0] for row in summary)
+            tracker = load_tracker(spark, registry)
+            later = set()
+            if config.watermark.idleness_ms is not None:
+                later = backlog_beyond(spark, registry, last_version)
+            plan = plan_clocks(tracker, summary, later)
+            clocks = spark.createDataFrame(
+                [(clock.version, clock.watermark_before) for clock in plan],
+                "version long, watermark_before long",
+            )
+            data = records.where(~F.col("is_marker"))
+            pairs = judge_pairs(
+                assign_windows(data, config.window), clocks, config.allowed_lateness_ms
+            ).persist()
+            try:
+                counts = {
+                    (row.version, row.is_late): row["count"]
+                    for row in pairs.groupBy("version", "is_late").count().collect()
+                }
+                late_total = sum(n for (_, is_late), n in counts.items() if is_late)
+                if late_total:
+                    idempotent_append(
+                        quarantine_rows(pairs.where("is_late"), registry, now),
+                        registry.quarantine,
+                        f"{self.app_id}:quarantine",
+                        batch_id,
+                    )
+                on_time = pairs.where(~F.col("is_late"))
+                merge_windows(
+                    spark,
+                    registry,
+                    window_partials(on_time, config),
+                    plan,
+                    self.app_id,
+                    batch_id,
+                    now,
+                )
+            finally:
+                pairs.unpersist()
+            per_version = {
+                clock.version: (counts.get((clock.version, False), 0), counts.get((clock.version, True), 0))
+                for clock in plan
+            }
+            write_history(spark, registry, plan, per_version, self.app_id, batch_id)
+            write_partition_clocks(spark, registry, tracker, last_version, self.app_id, batch_id, now)
+        finally:
+            records.unpersist()
+        on_time_total = sum(on for on, _ in per_version.values())
+        self.totals.batches += 1
+        self.totals.rows_in += sum(row[5] for row in summary)
+        self.totals.rows_out += on_time_total
+        self.totals.late += late_total
+
+
+def flush(spark: SparkSession, registry: TableRegistry) -> bool:
+    """End of input, like a bounded Flink source: the watermark moves to +inf, so
+    every window fires and closes. Returns False when it had already ended."""
+    registry.create_missing(spark)
+    tracker = load_tracker(spark, registry)
+    if tracker.watermark == MAX_WATERMARK:
+        return False
+    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
+    last = history.where(F.col("pipeline") == registry.config.name).agg(F.max("batch_id")).first()[0]
+    version = -1 if last is None else last
+    state = tracker.flush()
+    now = datetime.now(UTC)
+    app_id = f"flush-{registry.config.name}"
+    due, fired = firing_update(MAX_WATERMARK, registry.config.allowed_lateness_ms)
+    with delta_txn(spark, f"{app_id}:silver", version + 1):
+        DeltaTable.forPath(spark, registry.silver.path).update(
+            due, {**fired, "updated_at": F.lit(now).cast("timestamp")}
+        )
+    now_ms = round(now.timestamp() * 1000)
+    clock = VersionClock(
+        version + 1, now_ms, MIN_WATERMARK, MAX_WATERMARK, state.active_partitions, state.idle_partitions
+    )
+    write_history(spark, registry, [clock], {}, app_id, version + 1)
+    return True
+
+
+def run(spark: SparkSession, context: JobContext) -> int:
+    """Run silver in this session (replays and benchmarks share one session)."""
+    context.registry.create_missing(spark)
+    totals = RunTotals()
+    writer = SilverBatchWriter(spark, context, totals)
+    return run_stream(
+        spark,
+        context,
+        lambda: start_stream(read_bronze_changes(spark, context.registry), context, writer),
+        totals,
+    )
+
+
+@exit_on_config_error
+def main(argv: list[str] | None = None) -> int:
+    parser = job_parser("silver", "Event-time windows, quarantine and watermarks from bronze.")
+    parser.add_argument(
+        "--flush",
+        action="store_true",
+        help="after an available-now run, end the input: the watermark moves to +inf",
+    )
+    args = parser.parse_args(argv)
+    context = JobContext.from_args("silver", args)
+    spark = build_session(f"tidemark-silver-{context.config.name}")
+    code = run(spark, context)
+    if code == 0 and args.flush:
+        flush(spark, context.registry)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

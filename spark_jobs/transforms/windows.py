@@ -1,0 +1,103 @@
+"""Silver's per-record work as DataFrame -> DataFrame steps (DESIGN §2, §4b).
+
+Records carry ``ts_ms`` (the pipeline's time characteristic in epoch millis)
+and ``version`` (the bronze commit that brought them: the micro-batch they
+belong to). Windows are assigned in Spark SQL, every (record, window) pair is
+judged against the watermark at the start of its micro-batch, and on-time pairs
+are pre-aggregated per (window, key) into mergeable partial aggregates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.config import PipelineConfig
+from spark_jobs.eventtime.windows import WindowSpec
+from spark_jobs.transforms.aggregates import partial_aggregates
+
+TIME_COLUMNS = {"event": "event_time", "ingestion": "ingest_time", "processing": "processing_time"}
+
+
+def record_millis(config: PipelineConfig) -> Column:
+    """The timestamp windows and watermarks run on, per the time characteristic."""
+    return F.unix_millis(F.col(TIME_COLUMNS[config.time_characteristic]))
+
+
+def is_marker(config: PipelineConfig) -> Column:
+    """Punctuated markers carry a watermark in their timestamp and are not data."""
+    marker = config.watermark.marker_column
+    return F.col(marker).isNotNull() if marker else F.lit(False)
+
+
+def assign_windows(records: DataFrame, spec: WindowSpec) -> DataFrame:
+    """One row per (record, window it belongs to), with ``window_start_ms`` and
+    ``window_end_ms``. The start uses the floor-mod form (``pmod``), so negative
+    timestamps land in the right window; sliding windows explode every start
+    from the latest down to the earliest that still contains the record."""
+    ts = F.col("ts_ms")
+    last_start = ts - F.pmod(ts - F.lit(spec.offset_ms), F.lit(spec.slide_ms))
+    if spec.is_tumbling:
+        start = last_start
+    else:
+        start = F.explode(F.sequence(last_start, ts - F.lit(spec.size_ms - 1), F.lit(-spec.slide_ms)))
+    return records.withColumn("window_start_ms", start).withColumn(
+        "window_end_ms", F.col("window_start_ms") + F.lit(spec.size_ms)
+    )
+
+
+def judge_pairs(pairs: DataFrame, clocks: DataFrame, allowed_lateness_ms: int) -> DataFrame:
+    """Add ``watermark`` (the pipeline watermark when the pair's batch started)
+    and ``is_late``: the window was already cleaned (watermark >= end - 1 + L).
+    ``clocks`` has one row per ``version`` with its ``watermark_before``."""
+    judged = pairs.join(F.broadcast(clocks.select("version", "watermark_before")), "version")
+    cleanup = F.col("window_end_ms") - F.lit(1) + F.lit(allowed_lateness_ms)
+    return judged.withColumnRenamed("watermark_before", "watermark").withColumn(
+        "is_late", F.col("watermark") >= cleanup
+    )
+
+
+def window_partials(on_time: DataFrame, config: PipelineConfig) -> DataFrame:
+    """On-time pairs -> one row per (window, key) with partial aggregates and the
+    sorted list of micro-batches (``versions``) that added records to it."""
+    return on_time.groupBy("window_start_ms", "window_end_ms", *config.key).agg(
+        *partial_aggregates(config), F.array_sort(F.collect_set("version")).alias("versions")
+    )
+
+
+def first_firing_version(versions: Sequence[int], watermarks_after: Sequence[int]) -> Column:
+    """The first micro-batch of this run after which ``window_end_ms`` fires
+    (watermark >= end - 1), or null. Watermarks never go backwards, so it is the
+    first position where the condition holds."""
+    if not versions:
+        return F.lit(None).cast("long")
+    marks = F.array(*[F.lit(w).cast("long") for w in watermarks_after])
+    position = F.array_position(
+        F.transform(marks, lambda w: w >= F.col("window_end_ms") - F.lit(1)), F.lit(True)
+    )
+    listed = F.array(*[F.lit(v).cast("long") for v in versions])
+    return F.when(position > 0, F.element_at(listed, position.cast("int")))
+
+
+def revision_columns(versions: Sequence[int], watermarks_after: Sequence[int]) -> list[Column]:
+    """How a (window, key)'s revision moves in this run (DESIGN §2, as the model):
+    the first firing is revision 1 and includes everything received up to it;
+    each later micro-batch that adds records re-fires it (+1).
+
+    ``revision_if_new``: the window first received records in this run.
+    ``revision_if_open``: it existed but had not fired yet.
+    ``refires``: it had fired already; every batch with records is a re-fire."""
+    fired_at = first_firing_version(versions, watermarks_after)
+    batches = F.col("versions")
+
+    def fired_then_refires(first: Column) -> Column:
+        later = F.size(F.filter(batches, lambda v: v > first))
+        return F.when(fired_at.isNull(), F.lit(0)).otherwise(F.lit(1) + later)
+
+    return [
+        fired_then_refires(F.greatest(fired_at, F.element_at(batches, 1))).alias("revision_if_new"),
+        fired_then_refires(fired_at).alias("revision_if_open"),
+        F.size(batches).alias("refires"),
+    ]
