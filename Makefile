@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 JARS_STAMP := $(VENV)/share/tidemark/jars/.resolved
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test test-fast lint format clean
+.PHONY: setup test test-fast lint format clean bench
 
 setup: $(VENV)/.installed $(JARS_STAMP)
 
@@ -36,6 +36,9 @@ test: setup lint
 
 test-fast: setup
 	$(VENV)/bin/pytest -m "not slow and not spark"
+
+bench: setup
+	$(PY) -m tests.benchmarks.bench
 
 clean:
 	rm -rf $(VENV) lakehouse .pytest_cache .ruff_cache .hypothesis

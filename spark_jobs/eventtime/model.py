@@ -51,6 +51,9 @@ class Record:
 
 @dataclass(frozen=True)
 class Batch:
+    """One micro-batch. ``backlog`` names partitions that still have unread input
+    after it: they are never idle, and are known before their first record."""
+
     records: Sequence[Record]
     processing_time: int = 0
     backlog: frozenset = frozenset()

@@ -67,7 +67,12 @@ class WatermarkValve:
         ``partition_watermarks`` holds the emitted watermark of every partition
         that produced records in the batch; ``backlog`` names partitions with
         unread input; ``now`` is the batch's processing time in milliseconds.
+        A backlogged partition not seen before is declared: it holds the minimum
+        from now on, so a partition that is merely read late in a backfill does
+        not find its records judged against the other partitions' progress.
         """
+        backlogged = set(backlog)
+        self.declare(sorted(backlogged - set(self.clocks), key=str), now)
         for partition, watermark in partition_watermarks.items():
             clock = self.clocks.get(partition)
             if clock is None:
@@ -77,7 +82,6 @@ class WatermarkValve:
             clock.is_idle = False
             clock.is_aligned = clock.is_aligned or clock.watermark >= self.watermark
 
-        backlogged = set(backlog)
         for partition, clock in self.clocks.items():
             if partition in partition_watermarks:
                 continue

@@ -61,6 +61,7 @@ def column_values(records: Sequence[str], column: str, file_format: str, header:
     names = next(csv.reader([header])) if header is not None else []
     if file_format == "csv" and column not in names:
         raise ConfigError("--batch-column", f"{column!r} is not a column of the input header {names}")
+    found = False
     for record in records:
         try:
             if file_format == "csv":
@@ -68,10 +69,13 @@ def column_values(records: Sequence[str], column: str, file_format: str, header:
                 value = row[names.index(column)]
             else:
                 value = json.loads(record)[column]
+            found = True
         except (ValueError, KeyError, IndexError, TypeError, StopIteration):
             value = previous
         values.append(value)
         previous = value
+    if records and not found:
+        raise ConfigError("--batch-column", f"no input record has a {column!r} field")
     return values
 
 
@@ -109,8 +113,6 @@ def land_batches(
     file_format = config.source.format
     header, records = read_input(input_path, file_format)
     if batch_column is not None:
-        if batch_column not in config.schema and file_format == "json":
-            raise ConfigError("--batch-column", f"{batch_column!r} is not in the pipeline schema")
         batches: Iterable[list[str]] = batches_by_column(
             records, column_values(records, batch_column, file_format, header)
         )

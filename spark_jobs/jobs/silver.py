@@ -380,10 +380,7 @@ class SilverBatchWriter:
                 return
             last_version = max(row[0] for row in summary)
             tracker = load_tracker(spark, registry)
-            later = set()
-            if config.watermark.idleness_ms is not None:
-                later = backlog_beyond(spark, registry, last_version)
-            plan = plan_clocks(tracker, summary, later)
+            plan = plan_clocks(tracker, summary, backlog_beyond(spark, registry, last_version))
             clocks = spark.createDataFrame(
                 [(clock.version, clock.watermark_before) for clock in plan],
                 "version long, watermark_before long",

@@ -85,9 +85,14 @@ def replay_batches(
 def model_of(
     config: PipelineConfig, batches: Sequence[Sequence[dict]], flush: bool = False, column: str = "ts"
 ) -> ModelResult:
+    # Replay writes all of bronze before silver reads it: every later batch is backlog.
     model_batches = [
-        Batch([Record(str(r["partition"]), r[column], r) for r in batch], processing_time=0)
-        for batch in batches
+        Batch(
+            [Record(str(r["partition"]), r[column], r) for r in batch],
+            processing_time=0,
+            backlog=frozenset(str(r["partition"]) for later in batches[index + 1 :] for r in later),
+        )
+        for index, batch in enumerate(batches)
     ]
     return run_reference(config.rules(), model_batches, flush=flush)
 

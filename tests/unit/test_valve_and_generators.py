@@ -68,3 +68,11 @@ def test_a_partition_first_seen_late_does_not_pull_the_watermark_back():
     valve = WatermarkValve(idleness_ms=None)
     valve.update(0, {"a": 5_000})
     assert valve.update(1, {"a": 6_000, "new": 10}).watermark == 6_000
+
+
+def test_a_partition_known_only_by_its_backlog_holds_the_minimum_until_it_is_read():
+    valve = WatermarkValve(idleness_ms=None)
+    valve.update(0, {"fast": 5_000}, backlog={"slow"})
+    assert valve.watermark == MIN_WATERMARK
+    valve.update(1, {"slow": 100})
+    assert valve.watermark == 100
