@@ -29,13 +29,19 @@ def split_lines(files: DataFrame, has_header: bool) -> DataFrame:
 
     A trailing newline does not make an extra (empty) record; other blank lines
     do, and are rejected as empty records downstream."""
-    lines = F.split(F.col("value"), "\n", -1)
-    exploded = files.select(
-        F.posexplode(lines).alias("pos", "line"),
-        F.size(lines).alias("line_count"),
-        lines.getItem(0).alias("header"),
+    # Split once per file and keep only small columns beside the exploded lines:
+    # anything that refers to the whole file after the explode is paid per line.
+    arrays = files.select(
+        F.split(F.col("value"), "\n", -1).alias("lines"), "source_file", "ingest_time"
+    ).select(
+        "lines",
+        F.size("lines").alias("line_count"),
+        F.col("lines").getItem(0).alias("header"),
         "source_file",
         "ingest_time",
+    )
+    exploded = arrays.select(
+        F.posexplode("lines").alias("pos", "line"), "line_count", "header", "source_file", "ingest_time"
     )
     trailing = (F.col("pos") == F.col("line_count") - 1) & (F.col("line") == "")
     kept = exploded.where(~trailing & (F.col("pos") > 0 if has_header else F.lit(True)))
