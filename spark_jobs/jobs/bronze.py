@@ -14,13 +14,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.jobs.common import (
+    BatchWriter,
     JobContext,
     RunTotals,
     exit_on_config_error,
     job_parser,
     run_stream,
     start_stream,
-    stream_app_id,
 )
 from spark_jobs.session import build_session
 from spark_jobs.sources import read_source
@@ -38,16 +38,9 @@ def idempotent_append(frame: DataFrame, table: TableRef, app_id: str, batch_id: 
     )
 
 
-class BronzeBatchWriter:
-    def __init__(self, spark: SparkSession, context: JobContext, totals: RunTotals) -> None:
-        self.spark = spark
-        self.context = context
-        self.totals = totals
-        self.app_id: str | None = None
-
+class BronzeBatchWriter(BatchWriter):
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         registry = self.context.registry
-        self.app_id = self.app_id or stream_app_id(self.spark, self.context.checkpoint)
         now = datetime.now(UTC)
         parsed = parse_records(batch, registry.config, now).persist()
         try:

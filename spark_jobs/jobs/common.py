@@ -87,6 +87,22 @@ class RunTotals:
     rejected: int = 0
 
 
+class BatchWriter:
+    """A ``foreachBatch`` function with what every job's writer needs: the session,
+    the job context, the run totals, and the query id its Delta writes carry."""
+
+    def __init__(self, spark: SparkSession, context: JobContext, totals: RunTotals) -> None:
+        self.spark = spark
+        self.context = context
+        self.totals = totals
+        self._app_id: str | None = None
+
+    @property
+    def app_id(self) -> str:
+        self._app_id = self._app_id or stream_app_id(self.spark, self.context.checkpoint)
+        return self._app_id
+
+
 @dataclass
 class RunLog:
     """``ops.runs``: a ``running`` row when a job starts and a final row when it ends.

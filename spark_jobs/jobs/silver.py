@@ -36,13 +36,13 @@ from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
 from spark_jobs.eventtime.tracker import PartitionInput, PartitionSnapshot, WatermarkTracker
 from spark_jobs.jobs.bronze import idempotent_append
 from spark_jobs.jobs.common import (
+    BatchWriter,
     JobContext,
     RunTotals,
     exit_on_config_error,
     job_parser,
     run_stream,
     start_stream,
-    stream_app_id,
 )
 from spark_jobs.session import build_session
 from spark_jobs.tables import TableRegistry
@@ -360,18 +360,11 @@ def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: i
     return {row.source_partition for row in later.collect()}
 
 
-class SilverBatchWriter:
-    def __init__(self, spark: SparkSession, context: JobContext, totals: RunTotals) -> None:
-        self.spark = spark
-        self.context = context
-        self.totals = totals
-        self.app_id: str | None = None
-
+class SilverBatchWriter(BatchWriter):
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         spark = self.spark
         registry = self.context.registry
         config = registry.config
-        self.app_id = self.app_id or stream_app_id(spark, self.context.checkpoint)
         now = datetime.now(UTC)
         records = timed_records(batch, registry).persist()
         try:

@@ -25,7 +25,6 @@ SCHEMA = {
     "battery": "double",
     "speed": "double",
     "partition": "int",
-    "batch": "int",
 }
 
 
@@ -34,14 +33,13 @@ def engine_config(
     watermark: dict,
     allowed_lateness: str = "0s",
     time_characteristic: str = "event",
-    schema: dict | None = None,
 ) -> PipelineConfig:
     """A pipeline with a fresh name, so many runs share one lakehouse."""
     return parse_pipeline(
         {
             "pipeline": f"engine_{next(_names)}",
             "source": {"kind": "files", "path": "unused", "format": "json"},
-            "schema": schema or SCHEMA,
+            "schema": SCHEMA,
             "event_time": {"column": "ts", "format": "epoch_millis", "max_future_skew": "3650d"},
             "time_characteristic": time_characteristic,
             "partition_column": "partition",

@@ -25,14 +25,6 @@ from tests.integration.engine import (
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TUMBLING = {"type": "tumbling", "size": "1m", "offset": "0s"}
-SCHEMA = {
-    "device_id": "string",
-    "ts": "long",
-    "region": "string",
-    "battery": "double",
-    "speed": "double",
-    "partition": "int",
-}
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +64,7 @@ def test_replays_at_any_batching_and_skew_give_identical_silver_and_no_quarantin
     watermark = {"strategy": "bounded", "max_out_of_orderness": "5s"}
     silvers = {}
     for name, batches in orders.items():
-        config = engine_config(TUMBLING, watermark, "0s", schema=SCHEMA)
+        config = engine_config(TUMBLING, watermark, "0s")
         registry = replay_batches(spark, config, root, batches, flush=True)
         silvers[name] = rounded(engine_windows(spark, registry))
         quarantined = spark.read.format("delta").load(registry.quarantine.path).count()
@@ -159,9 +151,7 @@ def snapshot(spark, registry) -> dict[str, list]:
 
 
 def test_replaying_a_committed_silver_batch_changes_nothing(spark, root):
-    config = engine_config(
-        TUMBLING, {"strategy": "bounded", "max_out_of_orderness": "0s"}, "0s", schema=SCHEMA
-    )
+    config = engine_config(TUMBLING, {"strategy": "bounded", "max_out_of_orderness": "0s"}, "0s")
     batches = [
         [payload(0, BASE_MS + 5_000, "d1", 60.0, 3.0)],
         [payload(0, BASE_MS + 70_000, "d1", 50.0, 2.0)],
