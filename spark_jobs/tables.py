@@ -215,7 +215,11 @@ class TableRegistry:
     @property
     def bronze(self) -> TableRef:
         # Silver reads bronze's change feed: it tags each row with its bronze commit.
-        return self._ref("bronze", self.config.name, self.bronze_fields(), properties=(CHANGE_FEED,))
+        # File statistics only on the columns queries prune by: collecting them for
+        # every column (unique ids, long paths) costs bronze a third of its write.
+        stats_columns = ",".join(("event_time", "ingest_time", "source_partition", *self.config.key))
+        properties = (CHANGE_FEED, ("delta.dataSkippingStatsColumns", stats_columns))
+        return self._ref("bronze", self.config.name, self.bronze_fields(), properties=properties)
 
     @property
     def silver(self) -> TableRef:

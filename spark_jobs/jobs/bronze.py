@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.jobs.common import (
@@ -38,32 +38,38 @@ def idempotent_append(frame: DataFrame, table: TableRef, app_id: str, batch_id: 
     )
 
 
+def counted(frame: DataFrame, **counts: Column) -> tuple[DataFrame, Observation]:
+    """``frame`` with named counts observed while an action runs over it.
+
+    The observation also stops the optimizer from pushing a later filter into the
+    parse, where it would inline ``from_json`` once per field it reads."""
+    observation = Observation()
+    metrics = [F.count_if(condition).alias(name) for name, condition in counts.items()]
+    return frame.observe(observation, *metrics), observation
+
+
 class BronzeBatchWriter(BatchWriter):
+    """One parse pass writes bronze and counts the rejects on the way; a second
+    pass, for ops.rejects, runs only when the batch has any."""
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         registry = self.context.registry
         now = datetime.now(UTC)
-        parsed = parse_records(batch, registry.config, now).persist()
-        try:
-            counts = {
-                row.valid: row["count"]
-                for row in parsed.groupBy(F.col("reason").isNull().alias("valid")).count().collect()
-            }
-            valid, rejected = counts.get(True, 0), counts.get(False, 0)
-            if valid:
-                idempotent_append(
-                    bronze_rows(parsed, registry.bronze.schema.fieldNames()),
-                    registry.bronze,
-                    self.app_id,
-                    batch_id,
-                )
-            if rejected:
-                rejects = reject_rows(parsed, registry.config.name, now)
-                idempotent_append(rejects, registry.ops["rejects"], self.app_id, batch_id)
-        finally:
-            parsed.unpersist()
+        parsed = parse_records(batch, registry.config, now)
+        valid = F.col("reason").isNull()
+        observed, counts = counted(parsed, valid=valid, rejected=~valid)
+        bronze = bronze_rows(observed, registry.bronze.schema.fieldNames())
+        idempotent_append(bronze, registry.bronze, self.app_id, batch_id)
+        rejected = counts.get["rejected"]
+        if rejected:
+            observed, reject_counts = counted(parsed, rejected=~valid)
+            rejects = reject_rows(observed, registry.config.name, now)
+            idempotent_append(rejects, registry.ops["rejects"], self.app_id, batch_id)
+            if reject_counts.get["rejected"] != rejected:
+                raise RuntimeError(f"batch {batch_id}: parsing the batch twice gave different rejects")
         self.totals.batches += 1
-        self.totals.rows_in += valid + rejected
-        self.totals.rows_out += valid
+        self.totals.rows_in += counts.get["valid"] + rejected
+        self.totals.rows_out += counts.get["valid"]
         self.totals.rejected += rejected
 
 

@@ -131,28 +131,19 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
     source_partition = F.coalesce(
         F.col("source_partition"), typed[partition].cast("string") if partition else F.lit(None)
     )
-    return (
-        raw.withColumn("text", _fields_as_text(config))
-        .select(
-            *[typed[name].alias(name) for name in config.schema],
-            F.col("raw"),
-            source_partition.alias("source_partition"),
-            F.col("source_file"),
-            F.col("source_offset"),
-            millis_to_timestamp(millis).alias("event_time"),
-            F.col("ingest_time"),
-            F.lit(processing_time).cast("timestamp").alias("processing_time"),
-            _first([(condition, F.lit(reason)) for reason, condition, _ in checks]).alias("reason"),
-            _first([(condition, detail) for _, condition, detail in checks]).alias("detail"),
-        )
-        .withColumn(
-            "event_id",
-            F.substring(
-                F.sha2(F.concat_ws("|", origin, F.col("source_partition"), F.col("source_offset")), 256),
-                1,
-                32,
-            ),
-        )
+    return raw.withColumn("text", _fields_as_text(config)).select(
+        *[typed[name].alias(name) for name in config.schema],
+        F.col("raw"),
+        # readable and unique by construction: file:line, or topic:partition:offset
+        F.concat_ws(":", origin, F.col("source_partition"), F.col("source_offset")).alias("event_id"),
+        source_partition.alias("source_partition"),
+        F.col("source_file"),
+        F.col("source_offset"),
+        millis_to_timestamp(millis).alias("event_time"),
+        F.col("ingest_time"),
+        F.lit(processing_time).cast("timestamp").alias("processing_time"),
+        _first([(condition, F.lit(reason)) for reason, condition, _ in checks]).alias("reason"),
+        _first([(condition, detail) for _, condition, detail in checks]).alias("detail"),
     )
 
 
