@@ -20,6 +20,7 @@ from tests.integration.engine import (
     engine_windows,
     payload,
     replay_batches,
+    rounded,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -34,18 +35,6 @@ def root(tmp_path_factory) -> Path:
 
 def chunks(records: list[dict], size: int) -> list[list[dict]]:
     return [records[start : start + size] for start in range(0, len(records), size)]
-
-
-def rounded(windows: dict) -> dict:
-    """Sums of doubles depend on the order they are added in; compare them to 1e-9."""
-
-    def approx(value):
-        return round(value, 9) if isinstance(value, float) else value
-
-    return {
-        slot: (count, {name: approx(value) for name, value in measures.items()}, revision, status)
-        for slot, (count, measures, revision, status) in windows.items()
-    }
 
 
 def test_replays_at_any_batching_and_skew_give_identical_silver_and_no_quarantine(spark, root):

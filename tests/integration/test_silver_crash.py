@@ -1,0 +1,77 @@
+"""Silver killed with SIGKILL mid-stream while bronze keeps ingesting, then
+restarted: silver equals a batch computation over all of the input, with no pair
+lost or counted twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.generator import FleetSpec, generate, write_landing
+from tests.integration.conftest import (
+    kill_hard,
+    registry_for,
+    run_job,
+    start_job,
+    wait_for,
+    write_pipeline,
+)
+from tests.integration.engine import (
+    assert_reconciles,
+    engine_windows,
+    model_of,
+    model_windows,
+    rounded,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def committed_batches(checkpoint: Path) -> int:
+    commits = checkpoint / "commits"
+    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.exists() else 0
+
+
+def test_kill_9_silver_mid_stream_then_restart_gives_the_uninterrupted_answer(spark, tmp_path):
+    landing, lakehouse = tmp_path / "landing", tmp_path / "lakehouse"
+    pipeline = write_pipeline(
+        tmp_path,
+        source={"kind": "files", "path": str(landing), "format": "json", "max_files_per_trigger": 1},
+        # No idleness: a partition must not be skipped because the test machine is slow.
+        watermark={"strategy": "bounded", "max_out_of_orderness": "5s"},
+    )
+    registry = registry_for(pipeline, lakehouse)
+    fleet = generate(
+        FleetSpec(devices=6, partitions=3, seed=11, duration_ms=600_000, bound_ms=5_000, offline_ratio=0.0)
+    )
+    records = [g.payload for g in fleet]
+    write_landing(fleet, landing, 40)
+    silver_checkpoint = lakehouse / "_checkpoints" / registry.config.name / "silver"
+
+    bronze = start_job("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "300ms")
+    silver = start_job("silver", pipeline, lakehouse, "--trigger", "continuous", "--interval", "300ms")
+    try:
+        wait_for(lambda: committed_batches(silver_checkpoint) >= 3, 300, "silver to commit a few batches")
+        kill_hard(silver)
+        bronze_rows_at_kill = (
+            spark.read.format("delta").load(registry.bronze.path).selectExpr("count(*)").first()[0]
+        )
+    finally:
+        kill_hard(bronze)
+    assert 0 < bronze_rows_at_kill < len(records), "the kill should land while bronze still ingests"
+
+    run_job("bronze", pipeline, lakehouse)
+    run_job("silver", pipeline, lakehouse, "--trigger", "available-now", "--flush")
+
+    # Each partition is within its 5 s bound, so however the batches fell, nothing is
+    # late: silver must equal one batch over everything, flushed.
+    expected = model_of(registry.config, [records], flush=True)
+    assert not expected.quarantined
+    actual = rounded(engine_windows(spark, registry))
+    assert actual == rounded(model_windows(registry.config, expected))
+    assert {status for _, _, _, status in actual.values()} == {"closed"}
+    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
+    batch_ids = [row.batch_id for row in history.orderBy("batch_id").collect()]
+    assert batch_ids == list(range(len(batch_ids)))  # no batch recorded twice or skipped
+    assert_reconciles(spark, registry, records)
