@@ -15,6 +15,7 @@ resolved once here, so nothing else joins paths.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
@@ -36,6 +37,7 @@ from pyspark.sql.types import (
 from spark_jobs.config import PipelineConfig
 
 CHANGE_FEED = ("delta.enableChangeDataFeed", "true")
+CREATE_ATTEMPTS = 4
 LAYERS = ("bronze", "silver", "quarantine", "gold", "ops")
 
 SPARK_TYPES: dict[str, DataType] = {
@@ -309,10 +311,17 @@ def create_if_missing(spark: SparkSession, table: TableRef) -> bool:
         builder = builder.partitionedBy(*table.partition_by)
     for key, value in table.properties:
         builder = builder.property(key, value)
-    try:
-        builder.execute()
-    except Exception:
-        if DeltaTable.isDeltaTable(spark, table.path):
-            return False  # another job created it first
-        raise
+    # Two jobs started together race to create the same tables: the loser's commit
+    # fails (its snapshot predates the winner's). Retrying re-reads the log and,
+    # finding the table, does nothing.
+    for attempt in range(CREATE_ATTEMPTS):
+        try:
+            builder.execute()
+            break
+        except Exception:
+            if attempt == CREATE_ATTEMPTS - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+            if DeltaTable.isDeltaTable(spark, table.path):
+                return False
     return True
