@@ -4,12 +4,26 @@ and the app id that makes Delta writes idempotent under batch replays."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import sys
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -17,6 +31,21 @@ from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline, parse_
 from spark_jobs.tables import TableRegistry, join
 
 TRIGGERS = ("continuous", "available-now")
+CONFLICT_ATTEMPTS = 10
+CRASH_AFTER_VARIABLE = "TIDEMARK_CRASH_AFTER"
+# Delta's optimistic-concurrency failures: another writer committed first. Each
+# is safe to retry from a fresh snapshot (a txn-guarded write that the other
+# writer already made is then skipped).
+CONFLICTS = (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+)
+Result = TypeVar("Result")
 
 
 def job_parser(job: str, description: str) -> argparse.ArgumentParser:
@@ -103,6 +132,30 @@ class BatchWriter:
         return self._app_id
 
 
+@contextmanager
+def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` on the session for the enclosed writes only."""
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in settings:
+            spark.conf.unset(key)
+
+
+def delta_txn(spark: SparkSession, app_id: str, version: int) -> AbstractContextManager[None]:
+    """Make the enclosed Delta DML (MERGE, UPDATE) idempotent: Delta skips it when
+    this (app id, version) already committed to the table."""
+    return session_settings(
+        spark,
+        {
+            "spark.databricks.delta.write.txnAppId": app_id,
+            "spark.databricks.delta.write.txnVersion": str(version),
+        },
+    )
+
+
 @dataclass
 class RunLog:
     """``ops.runs``: a ``running`` row when a job starts and a final row when it ends.
@@ -112,7 +165,8 @@ class RunLog:
     the run's state."""
 
     spark: SparkSession
-    context: JobContext
+    job: str
+    registry: TableRegistry
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
@@ -120,8 +174,8 @@ class RunLog:
         duration = None if ended is None else int((ended - self.started_at).total_seconds() * 1000)
         row = (
             self.run_id,
-            self.context.job,
-            self.context.config.name,
+            self.job,
+            self.registry.config.name,
             status,
             totals.batches,
             totals.rows_in,
@@ -133,7 +187,7 @@ class RunLog:
             duration,
             message,
         )
-        table = self.context.registry.ops["runs"]
+        table = self.registry.ops["runs"]
         self.spark.createDataFrame([row], table.schema).write.format("delta").mode("append").save(table.path)
 
     def started(self) -> None:
@@ -148,7 +202,7 @@ def run_stream(
 ) -> int:
     """Start the query, wait for it, log the run; SIGTERM (Airflow's on_kill) stops it
     cleanly. Returns the process exit code: 1 when the stream failed."""
-    log = RunLog(spark, context)
+    log = RunLog(spark, context.job, context.registry)
     log.started()
     query = query_factory()
     stopped = []
@@ -165,6 +219,34 @@ def run_stream(
         return 1
     log.ended("stopped" if stopped else "succeeded", totals)
     return 0
+
+
+def retry_on_conflict(
+    action: Callable[[], Result], what: str, attempts: int = CONFLICT_ATTEMPTS, pause_s: float = 0.5
+) -> Result:
+    """Run ``action`` (which must build its DataFrames itself, so a retry reads the
+    table anew) until it commits without a Delta conflict; other errors pass."""
+    attempt = 1
+    while True:
+        try:
+            return action()
+        except CONFLICTS as conflict:
+            if attempt >= attempts:
+                raise
+            print(
+                f"tidemark: {what} conflicted with a concurrent writer "
+                f"({type(conflict).__name__}); retry {attempt} of {attempts - 1}",
+                file=sys.stderr,
+            )
+            time.sleep(pause_s * attempt)
+            attempt += 1
+
+
+def crash_point(step: str) -> None:
+    """Fault injection for crash tests: with ``TIDEMARK_CRASH_AFTER=<step>`` this
+    process dies by SIGKILL right here, as a kill -9 would leave it."""
+    if os.environ.get(CRASH_AFTER_VARIABLE) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def exit_on_config_error(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:

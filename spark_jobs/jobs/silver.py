@@ -23,8 +23,7 @@ Per silver trigger:
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -39,8 +38,10 @@ from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
     RunTotals,
+    delta_txn,
     exit_on_config_error,
     job_parser,
+    retry_on_conflict,
     run_stream,
     start_stream,
 )
@@ -71,19 +72,6 @@ class VersionClock:
     watermark_after: int
     active_partitions: int
     idle_partitions: int
-
-
-@contextmanager
-def delta_txn(spark: SparkSession, app_id: str, version: int) -> Iterator[None]:
-    """Make the enclosed Delta DML (MERGE) idempotent: Delta skips it when this
-    (app id, version) already committed to the table."""
-    spark.conf.set("spark.databricks.delta.write.txnAppId", app_id)
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(version))
-    try:
-        yield
-    finally:
-        spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
 def read_bronze_changes(spark: SparkSession, registry: TableRegistry) -> DataFrame:
@@ -231,33 +219,37 @@ def merge_windows(
     condition = " AND ".join(f"t.{column} <=> s.{column}" for column in ("window_start", "window_end", *key))
     merged = merged_measures(config)
     finished = finished_measures(config)
-    target = DeltaTable.forPath(spark, silver.path).alias("t")
-    with delta_txn(spark, f"{app_id}:silver", batch_id):
-        (
-            target.merge(source.alias("s"), condition)
-            .whenMatchedUpdate(
-                set={
-                    **merged,
-                    "revision": matched_revision,
-                    "status": status(matched_revision, source_end),
-                    "updated_at": moment,
-                }
+
+    def merge() -> None:
+        target = DeltaTable.forPath(spark, silver.path).alias("t")
+        with delta_txn(spark, f"{app_id}:silver", batch_id):
+            (
+                target.merge(source.alias("s"), condition)
+                .whenMatchedUpdate(
+                    set={
+                        **merged,
+                        "revision": matched_revision,
+                        "status": status(matched_revision, source_end),
+                        "updated_at": moment,
+                    }
+                )
+                .whenNotMatchedInsert(
+                    values={
+                        "window_start": F.col("s.window_start"),
+                        "window_end": F.col("s.window_end"),
+                        **{column: F.col(f"s.{column}") for column in key},
+                        **finished,
+                        "revision": F.col("s.revision_if_new"),
+                        "status": status(F.col("s.revision_if_new"), source_end),
+                        "late_merged_count": F.lit(0).cast("long"),
+                        "updated_at": moment,
+                    }
+                )
+                .whenNotMatchedBySourceUpdate(condition=due, set={**fired, "updated_at": moment})
+                .execute()
             )
-            .whenNotMatchedInsert(
-                values={
-                    "window_start": F.col("s.window_start"),
-                    "window_end": F.col("s.window_end"),
-                    **{column: F.col(f"s.{column}") for column in key},
-                    **finished,
-                    "revision": F.col("s.revision_if_new"),
-                    "status": status(F.col("s.revision_if_new"), source_end),
-                    "late_merged_count": F.lit(0).cast("long"),
-                    "updated_at": moment,
-                }
-            )
-            .whenNotMatchedBySourceUpdate(condition=due, set={**fired, "updated_at": moment})
-            .execute()
-        )
+
+    retry_on_conflict(merge, "silver MERGE")
 
 
 def write_history(
@@ -312,18 +304,23 @@ def write_partition_clocks(
     if not rows:
         return
     updates = spark.createDataFrame(rows, table.schema).alias("s")
-    target = DeltaTable.forPath(spark, table.path).alias("t")
-    with delta_txn(spark, f"{app_id}:watermarks", batch_id):
-        (
-            target.merge(
-                updates,
-                f"t.pipeline = '{registry.config.name}' AND t.pipeline = s.pipeline "
-                "AND t.source_partition = s.source_partition",
+
+    def merge() -> None:
+        target = DeltaTable.forPath(spark, table.path).alias("t")
+        with delta_txn(spark, f"{app_id}:watermarks", batch_id):
+            (
+                target.merge(
+                    updates,
+                    f"t.pipeline = '{registry.config.name}' AND t.pipeline = s.pipeline "
+                    "AND t.source_partition = s.source_partition",
+                )
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .execute()
             )
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+
+    # ops.watermarks is shared by every pipeline (partitioned by pipeline).
+    retry_on_conflict(merge, "ops.watermarks MERGE")
 
 
 def quarantine_rows(late: DataFrame, registry: TableRegistry, now: datetime) -> DataFrame:
@@ -436,10 +433,14 @@ def flush(spark: SparkSession, registry: TableRegistry) -> bool:
     now = datetime.now(UTC)
     app_id = f"flush-{registry.config.name}"
     due, fired = firing_update(MAX_WATERMARK, registry.config.allowed_lateness_ms)
-    with delta_txn(spark, f"{app_id}:silver", version + 1):
-        DeltaTable.forPath(spark, registry.silver.path).update(
-            due, {**fired, "updated_at": F.lit(now).cast("timestamp")}
-        )
+
+    def fire_all() -> None:
+        with delta_txn(spark, f"{app_id}:silver", version + 1):
+            DeltaTable.forPath(spark, registry.silver.path).update(
+                due, {**fired, "updated_at": F.lit(now).cast("timestamp")}
+            )
+
+    retry_on_conflict(fire_all, "silver flush")
     now_ms = round(now.timestamp() * 1000)
     clock = VersionClock(
         version + 1, now_ms, MIN_WATERMARK, MAX_WATERMARK, state.active_partitions, state.idle_partitions

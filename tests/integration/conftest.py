@@ -42,9 +42,11 @@ def job_command(job: str, pipeline: Path, lakehouse: Path, *extra: str) -> list[
     return submit_command(job, ["--pipeline", str(pipeline), "--lakehouse", str(lakehouse), *extra])
 
 
-def run_job(job: str, pipeline: Path, lakehouse: Path, *extra: str, timeout: float = 600) -> None:
-    """spark-submit a job to completion (available-now unless told otherwise)."""
-    args = extra or ("--trigger", "available-now")
+def run_job(
+    job: str, pipeline: Path, lakehouse: Path, *extra: str, timeout: float = 600, streaming: bool = True
+) -> None:
+    """spark-submit a job to completion (a stream runs available-now unless told otherwise)."""
+    args = extra or (("--trigger", "available-now") if streaming else ())
     done = subprocess.run(
         job_command(job, pipeline, lakehouse, *args),
         env=submit_env(),

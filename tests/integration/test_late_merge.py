@@ -1,0 +1,255 @@
+"""Gold and the late merge against real Spark and Delta: after the merge, silver
+and gold equal a plain batch computation over all of bronze (eventual exactness)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.config import load_pipeline
+from spark_jobs.generator import START_MS, FleetSpec, generate, write_landing
+from spark_jobs.jobs import gold, merge_late
+from spark_jobs.jobs import silver as silver_job
+from spark_jobs.jobs.common import CRASH_AFTER_VARIABLE, JobContext
+from spark_jobs.jobs.replay import replay
+from spark_jobs.submit import submit_env
+from spark_jobs.tables import TableRegistry, join
+from tests.integration.conftest import (
+    delta_commits,
+    job_command,
+    kill_hard,
+    registry_for,
+    run_job,
+    start_job,
+    wait_for,
+    write_pipeline,
+)
+from tests.integration.lakehouse_sql import (
+    batch_gold,
+    batch_silver,
+    engine_gold,
+    engine_silver,
+    not_quarantined,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+HOUR_MS = 3_600_000
+
+
+def replayed_fleet(spark, folder: Path, devices: int, duration_ms: int) -> tuple[Path, TableRegistry]:
+    """Generated telemetry with truly late records (10-30 min), replayed live-like
+    (small batches) and flushed: the late records sit in the quarantine."""
+    pipeline = write_pipeline(folder)
+    fleet = generate(
+        FleetSpec(devices=devices, partitions=3, seed=11, duration_ms=duration_ms, late_ratio=0.05)
+    )
+    source = folder / "fleet.json"
+    source.write_text("\n".join(record.line for record in fleet) + "\n")
+    lakehouse = folder / "lakehouse"
+    config = load_pipeline(pipeline)
+    assert replay(spark, config, source, str(lakehouse), batch_size=500, flush=True) == 0
+    return pipeline, TableRegistry(config, str(lakehouse))
+
+
+def quarantine_by_status(spark, registry: TableRegistry) -> dict[str, int]:
+    rows = spark.read.format("delta").load(registry.quarantine.path).groupBy("status").count().collect()
+    return {row.status: row["count"] for row in rows}
+
+
+def assert_reconciles(spark, registry: TableRegistry) -> None:
+    """Every bronze record (tumbling windows: one pair each) counted exactly once:
+    on time in silver, or quarantined, whether merged yet or not."""
+    bronze = spark.read.format("delta").load(registry.bronze.path).count()
+    silver = spark.sql(
+        f"SELECT sum(record_count) AS n, sum(late_merged_count) AS late FROM delta.`{registry.silver.path}`"
+    ).first()
+    statuses = quarantine_by_status(spark, registry)
+    assert silver.n - silver.late + sum(statuses.values()) == bronze
+    assert silver.late == statuses.get("merged", 0)
+
+
+def versions(*paths: str) -> list[int]:
+    return [delta_commits(path) for path in paths]
+
+
+def test_after_the_late_merge_silver_and_gold_equal_a_batch_computation_over_bronze(spark, tmp_path, capsys):
+    pipeline, registry = replayed_fleet(spark, tmp_path, devices=8, duration_ms=90 * 60_000)
+    lakehouse = registry.root
+    args = ["--pipeline", str(pipeline), "--lakehouse", lakehouse]
+    late = quarantine_by_status(spark, registry)
+    assert set(late) == {"pending"} and late["pending"] > 20
+    assert_reconciles(spark, registry)
+    # Before the merge, silver and gold hold exactly the on-time records.
+    on_time = not_quarantined(registry)
+    assert engine_silver(spark, registry) == batch_silver(spark, registry, on_time)
+    gold_before = engine_gold(spark, registry)
+    assert gold_before == batch_gold(spark, registry, on_time)
+
+    # A dry run reports the pending records and their windows, and writes nothing.
+    tables = (registry.silver.path, registry.gold.path, registry.quarantine.path)
+    untouched = versions(*tables)
+    assert merge_late.main([*args, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    windows = spark.sql(
+        f"SELECT count(DISTINCT window_start, region, device_id) FROM delta.`{registry.quarantine.path}`"
+    ).first()[0]
+    assert f"pending late records: {late['pending']}" in out
+    assert f"silver windows: {windows} " in out
+    assert versions(*tables) == untouched
+
+    # A merge of the first hour's windows touches only the first hour.
+    first_hour = f"window_start < timestamp_millis({START_MS + HOUR_MS})"
+    first_hour_late = spark.sql(
+        f"SELECT count(*) FROM delta.`{registry.quarantine.path}` WHERE {first_hour}"
+    ).first()[0]
+    assert 0 < first_hour_late < late["pending"]
+    hour_end = "2026-01-01T01:00:00Z"
+    assert merge_late.main([*args, "--from", "2026-01-01T00:00:00Z", "--to", hour_end]) == 0
+    statuses = quarantine_by_status(spark, registry)
+    assert statuses == {"merged": first_hour_late, "pending": late["pending"] - first_hour_late}
+    gold_partial = engine_gold(spark, registry)
+    for (grain_ms, region), row in gold_partial.items():
+        if grain_ms >= START_MS + HOUR_MS:
+            assert row == gold_before[(grain_ms, region)]
+    assert gold_partial != gold_before
+    assert_reconciles(spark, registry)
+
+    # The full merge, as Airflow will run it: spark-submit.
+    run_job("merge_late", pipeline, Path(lakehouse), streaming=False)
+    assert quarantine_by_status(spark, registry) == {"merged": late["pending"]}
+    assert engine_silver(spark, registry) == batch_silver(spark, registry)
+    assert engine_gold(spark, registry) == batch_gold(spark, registry)
+    assert_reconciles(spark, registry)
+    merged = spark.sql(
+        f"SELECT count(*) AS n, count(DISTINCT merge_run_id) AS runs, count(merged_at) AS stamped "
+        f"FROM delta.`{registry.quarantine.path}`"
+    ).first()
+    assert (merged.n, merged.runs, merged.stamped) == (late["pending"], 2, late["pending"])
+    revised = spark.sql(
+        f"SELECT count(*) FROM delta.`{registry.silver.path}` "
+        "WHERE late_merged_count > 0 AND revision < 2 AND record_count > late_merged_count"
+    ).first()[0]
+    assert revised == 0, "a window that had fired and then took late records must be at revision >= 2"
+
+    # Idempotent: a second merge finds nothing and changes no table.
+    settled = versions(*tables)
+    assert merge_late.main(args) == 0
+    assert versions(*tables) == settled
+
+    # The gold stream, picking up the merge's silver changes, agrees.
+    checkpoint = join(registry.root, "_checkpoints", registry.config.name, "gold")
+    context = JobContext("gold", registry.config, registry, "available-now", 1_000, checkpoint)
+    assert gold.run(spark, context) == 0
+    assert engine_gold(spark, registry) == batch_gold(spark, registry)
+
+
+def test_a_merge_killed_after_any_step_and_run_again_counts_every_late_record_once(spark, tmp_path):
+    pipeline, registry = replayed_fleet(spark, tmp_path, devices=3, duration_ms=30 * 60_000)
+    lakehouse = Path(registry.root)
+    pending = quarantine_by_status(spark, registry)["pending"]
+    assert pending > 5
+    # Each run dies right after one step; the next run first finishes what it left.
+    for step in ("claim", "silver", "gold"):
+        died = subprocess.run(
+            job_command("merge_late", pipeline, lakehouse),
+            env={**submit_env(), CRASH_AFTER_VARIABLE: step},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert died.returncode != 0, f"the merge survived its crash after {step}"
+        assert quarantine_by_status(spark, registry) == {"pending": pending}
+        claimed = spark.sql(
+            f"SELECT count(DISTINCT merge_run_id) FROM delta.`{registry.quarantine.path}`"
+        ).first()[0]
+        assert claimed == 1, "a rerun must finish the interrupted claim, not start a second one"
+    run_job("merge_late", pipeline, lakehouse, streaming=False)
+    assert quarantine_by_status(spark, registry) == {"merged": pending}
+    assert engine_silver(spark, registry) == batch_silver(spark, registry)
+    assert engine_gold(spark, registry) == batch_gold(spark, registry)
+    assert_reconciles(spark, registry)
+
+
+def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(spark, tmp_path):
+    landing, lakehouse = tmp_path / "landing", tmp_path / "lakehouse"
+    pipeline = write_pipeline(
+        tmp_path,
+        source={"kind": "files", "path": str(landing), "format": "json", "max_files_per_trigger": 1},
+        watermark={"strategy": "bounded", "max_out_of_orderness": "5s"},
+    )
+    registry = registry_for(pipeline, lakehouse)
+    fleet = generate(FleetSpec(devices=6, partitions=3, seed=5, duration_ms=40 * 60_000, late_ratio=0.05))
+    write_landing(fleet, landing, 60)
+    bronze = start_job("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms")
+    silver = start_job("silver", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms")
+    try:
+        wait_for(lambda: table_rows(spark, registry.quarantine.path) > 0, 300, "a first quarantined record")
+        for _ in range(2):
+            run_job("merge_late", pipeline, lakehouse, streaming=False)
+        stream_alive = silver.poll() is None
+        wait_for(
+            lambda: (
+                table_rows(spark, registry.bronze.path) == len(fleet) and silver_caught_up(spark, registry)
+            ),
+            300,
+            "silver to read all of bronze",
+        )
+    finally:
+        stop_gracefully(silver)
+        stop_gracefully(bronze)
+    assert stream_alive, "silver died while the merges ran"
+    merges = spark.sql(
+        f"SELECT started_at, ended_at, late FROM delta.`{registry.ops['runs'].path}` "
+        "WHERE job = 'merge_late' AND status = 'succeeded'"
+    ).collect()
+    clock_commits = spark.sql(f"DESCRIBE HISTORY delta.`{registry.ops['watermarks'].path}`").collect()
+    overlapped = [
+        merge
+        for merge in merges
+        if merge.late > 0
+        and any(merge.started_at <= commit.timestamp <= merge.ended_at for commit in clock_commits)
+    ]
+    assert overlapped, "no merge folded records in while silver committed batches"
+
+    silver_job.flush(spark, registry)
+    assert merge_late.merge_late(spark, registry, merge_late.TimeRange()).records >= 0
+    checkpoint = join(registry.root, "_checkpoints", registry.config.name, "gold")
+    assert (
+        gold.run(spark, JobContext("gold", registry.config, registry, "available-now", 1_000, checkpoint))
+        == 0
+    )
+    statuses = quarantine_by_status(spark, registry)
+    assert set(statuses) == {"merged"}
+    assert engine_silver(spark, registry) == batch_silver(spark, registry)
+    assert engine_gold(spark, registry) == batch_gold(spark, registry)
+    assert_reconciles(spark, registry)
+
+
+def table_rows(spark, path: str) -> int:
+    try:
+        return spark.read.format("delta").load(path).count()
+    except Exception:  # not created yet
+        return 0
+
+
+def silver_caught_up(spark, registry: TableRegistry) -> bool:
+    """Silver's partition clocks record the last bronze version it judged."""
+    latest = spark.sql(f"DESCRIBE HISTORY delta.`{registry.bronze.path}` LIMIT 1").first().version
+    judged = spark.sql(
+        f"SELECT max(batch_id) FROM delta.`{registry.ops['watermarks'].path}` "
+        f"WHERE pipeline = '{registry.config.name}'"
+    ).first()[0]
+    return judged == latest
+
+
+def stop_gracefully(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            kill_hard(process)
