@@ -44,7 +44,10 @@ def _tables(args: argparse.Namespace) -> int:
 JOBS = {
     "bronze": "ingest a pipeline's source into bronze and ops.rejects (streaming)",
     "silver": "event-time windows, quarantine and watermarks from bronze (streaming)",
-    "replay": "replay a static file through bronze and silver with controlled micro-batches",
+    "gold": "the gold rollup of fired and closed silver windows (streaming)",
+    "offline": "offline detection: buffered event-time timers -> status events (streaming)",
+    "replay": "replay a static file through every streaming job with controlled micro-batches",
+    "merge-late": "fold pending quarantined late records into silver and gold (batch)",
 }
 
 
@@ -52,7 +55,7 @@ def _run_job(job: str, job_args: Sequence[str]) -> int:
     """Run a job in this process; spark-submit runs the same module's main."""
     from importlib import import_module
 
-    return import_module(f"spark_jobs.jobs.{job}").main(list(job_args))
+    return import_module(f"spark_jobs.jobs.{job.replace('-', '_')}").main(list(job_args))
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -238,7 +238,8 @@ class TableRegistry:
                 ("updated_at", ts, False),
             )
         )
-        return self._ref("silver", f"{self.config.name}_windows", fields)
+        # Gold reads silver's change feed: the windows that fired, closed or got a revision.
+        return self._ref("silver", f"{self.config.name}_windows", fields, properties=(CHANGE_FEED,))
 
     @property
     def quarantine(self) -> TableRef:
@@ -288,11 +289,54 @@ class TableRegistry:
         return self._ref("gold", f"{self.config.name}_status_events", fields)
 
     @property
+    def offline_state(self) -> TableRef | None:
+        """Offline detection's state, one table so one MERGE moves it atomically:
+        per key its ``last`` handled track and status, the ``buffered`` tracks the
+        watermark has not passed yet, and one ``clock`` row (null key) with the
+        watermark and last bronze version the detector has taken in."""
+        offline = self.config.offline
+        if offline is None:
+            return None
+        fields = self.key_fields(offline.key) + _fields(
+            ("kind", StringType(), False),
+            ("ts_ms", LongType(), False),
+            ("status", StringType()),
+            ("version", LongType()),
+            ("updated_at", TimestampType(), False),
+        )
+        return self._ref("silver", f"{self.config.name}_offline_state", fields)
+
+    @property
+    def late_tracks(self) -> TableRef | None:
+        """Offline detection's side output: tracks that arrived after the watermark
+        had passed them, until the late merge re-derives their keys' statuses."""
+        if self.config.offline is None:
+            return None
+        ts, long = TimestampType(), LongType()
+        fields = self.bronze_fields() + _fields(
+            ("watermark", long, False),
+            ("lateness_ms", long, False),
+            ("status", StringType(), False),
+            ("quarantined_at", ts, False),
+            ("merged_at", ts),
+            ("merge_run_id", StringType()),
+        )
+        return self._ref("quarantine", f"{self.config.name}_late_tracks", fields, ("status",))
+
+    @property
     def ops(self) -> dict[str, TableRef]:
         return dict(self._ops)
 
     def all(self) -> list[TableRef]:
-        own = [self.bronze, self.silver, self.quarantine, self.gold, self.status_events]
+        own = [
+            self.bronze,
+            self.silver,
+            self.quarantine,
+            self.gold,
+            self.status_events,
+            self.offline_state,
+            self.late_tracks,
+        ]
         return [table for table in own if table is not None] + list(self._ops.values())
 
     def create_missing(self, spark: SparkSession) -> list[TableRef]:

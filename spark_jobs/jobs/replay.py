@@ -1,4 +1,4 @@
-"""``tidemark replay``: run the real bronze and silver jobs over a static file.
+"""``tidemark replay``: run the real bronze, silver, gold and offline jobs over a static file.
 
 The input (JSON lines or CSV, in the pipeline's format) is read in file order
 and cut into micro-batches: every ``--batch-size`` records, or wherever the
@@ -8,6 +8,8 @@ bronze then takes exactly one file per trigger, so each micro-batch becomes one
 bronze commit, which is the unit silver judges and advances the watermark by.
 Partitions come from the pipeline's ``partition_column``. ``--flush`` ends the
 input like a bounded source: the watermark moves to +inf after the last batch.
+Gold and offline detection (when the pipeline has them) run last, over
+everything silver fired and every watermark step it took.
 
 This is how users backfill and try watermark settings on history, and how the
 tests drive the engine.
@@ -28,7 +30,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline
 from spark_jobs.generator import land_files
-from spark_jobs.jobs import bronze, silver
+from spark_jobs.jobs import bronze, gold, offline, silver
 from spark_jobs.jobs.common import JobContext, exit_on_config_error
 from spark_jobs.session import build_session
 from spark_jobs.tables import TableRegistry, join
@@ -132,7 +134,8 @@ def replay(
     batch_column: str | None = None,
     flush: bool = False,
 ) -> int:
-    """Land the input, then run bronze and silver (available-now) in ``spark``."""
+    """Land the input, then run bronze, silver, gold and offline detection
+    (available-now) in ``spark``."""
     registry = TableRegistry(config, root)
     landing = join(registry.root, "_replay", config.name)
     replayed = TableRegistry(replay_config(config, landing), registry.root)
@@ -148,6 +151,15 @@ def replay(
             return code
     if flush:
         silver.flush(spark, registry)
+    downstream = [("gold", gold)] if registry.gold is not None else []
+    if config.offline is not None:
+        downstream.append(("offline", offline))
+    for job, module in downstream:
+        code = module.run(
+            spark, JobContext(job, config, registry, "available-now", 1_000, join(checkpoints, job))
+        )
+        if code != 0:
+            return code
     return 0
 
 

@@ -1,12 +1,23 @@
-"""`make bench`: throughput of bronze and silver against plain Spark, in one run.
+"""`make bench`: throughput of bronze and silver against plain Spark, and the cost
+of the late merge as history grows, in one run.
 
 Not a test: it prints a table and writes every figure to bench-results.json at
-the repository root (one key per figure). Generated scooter events land as
-JSON-lines files; then, in one SparkSession:
+the repository root (one key per figure). ``--only`` runs one of the two.
+
+Throughput: generated scooter events land as JSON-lines files; then
 
 - bronze (available-now) vs a plain Spark JSON -> Delta batch copy of the same files;
 - silver (available-now) over that bronze table vs a native Structured Streaming
   ``withWatermark`` + ``window`` aggregation (available-now) over the same table.
+
+Late merge: 1,000 pending quarantined records, always in the same windows,
+merged into silver/gold histories of 1x and 10x size. The histories are written
+directly (closed silver windows appended in time order, a commit at a time as a
+stream writes them; gold their rollup), since only their size and layout matter
+here. The merge prunes to the late records' windows and grains, so its time
+should barely grow with the history (the issue's target: 10x/1x <= 1.5). Each
+size is merged into several times, alternating sizes, with a fresh 1,000 pending
+records each time; the figures are the medians.
 
 Every measured path first runs once on a small sample in a throwaway lakehouse,
 so no contender pays the JVM's warm-up (class loading, JIT) for the others.
@@ -17,24 +28,44 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig, load_pipeline
-from spark_jobs.generator import FleetSpec, Generated, generate, write_landing
-from spark_jobs.jobs import bronze, silver
+from spark_jobs.generator import REGIONS, START_MS, FleetSpec, Generated, generate, write_landing
+from spark_jobs.jobs import bronze, merge_late, silver
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.session import build_session
-from spark_jobs.tables import TableRegistry, join
+from spark_jobs.tables import TableRef, TableRegistry, join
+from spark_jobs.transforms.aggregates import finished_measures, partial_aggregates
+from spark_jobs.transforms.gold import rollup
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = REPO / "spark_jobs" / "pipelines" / "telemetry.yaml"
 WARM_UP_EVENTS = 40_000
+
+# The merge histories: every device has a closed silver window every minute, so a
+# history of N windows spans N / HISTORY_DEVICES minutes.
+HISTORY_DEVICES = 100
+RECORDS_PER_WINDOW = 6  # a track every 10 s, as the generator sends them
+WINDOWS_PER_COMMIT = 10_000
+# 1,000 late records: 5 from each of 20 devices in each of the windows 01:00-01:10.
+# The same windows in every history, so each merge does the same work.
+LATE_FIRST_WINDOW = 60
+LATE_WINDOWS = 10
+LATE_DEVICES = 20
+LATE_PER_WINDOW = 5
+LATE_RECORDS = LATE_WINDOWS * LATE_DEVICES * LATE_PER_WINDOW
+LATE_DELAY_MS = 20 * 60_000
+# Two hours: the late windows' whole gold hour (the grain the merge recomputes) is in history.
+MIN_HISTORY_WINDOWS = 120 * HISTORY_DEVICES
 
 
 def timed(action: Callable[[], object]) -> float:
@@ -94,46 +125,232 @@ def measure(
     }
 
 
+def throughput_benchmark(
+    spark: SparkSession, config: PipelineConfig, events: int, records_per_file: int, work: Path
+) -> dict[str, float]:
+    """Bronze vs a plain copy and silver vs native Spark over ``events`` generated events."""
+    devices = 1_000
+    spec = FleetSpec(
+        devices=devices,
+        partitions=8,
+        seed=7,
+        duration_ms=events * 10_000 // devices,
+        offline_ratio=0.0,
+    )
+    records = generate(spec)[:events]
+    events = len(records)
+    measure(spark, config, records[:WARM_UP_EVENTS], work / "warm-up", records_per_file // 4)
+    seconds = measure(spark, config, records, work / "measured", records_per_file)
+    return {
+        "events": events,
+        "bronze_seconds": round(seconds["bronze"], 2),
+        "plain_copy_seconds": round(seconds["plain_copy"], 2),
+        "bronze_events_per_s": round(events / seconds["bronze"]),
+        "plain_copy_events_per_s": round(events / seconds["plain_copy"]),
+        "bronze_vs_copy": round(seconds["plain_copy"] / seconds["bronze"], 3),
+        "silver_seconds": round(seconds["silver"], 2),
+        "native_seconds": round(seconds["native"], 2),
+        "silver_events_per_s": round(events / seconds["silver"]),
+        "native_events_per_s": round(events / seconds["native"]),
+        "silver_vs_native": round(seconds["native"] / seconds["silver"], 3),
+    }
+
+
+def quotient(dividend: str, divisor: int) -> Column:
+    return F.floor(F.col(dividend) / F.lit(divisor))
+
+
+def telemetry(config: PipelineConfig, cells: DataFrame) -> DataFrame:
+    """One synthetic record (payload and window bounds) per (``window``, ``device``,
+    ``slot``) cell; ``window`` counts windows from START_MS, ``slot`` places the
+    record in its window."""
+    size_ms = config.window.size_ms
+    slot_ms = size_ms // RECORDS_PER_WINDOW
+    start_ms = F.lit(START_MS + config.window.offset_ms) + F.col("window") * F.lit(size_ms)
+    regions = F.array(*(F.lit(region) for region in REGIONS))
+    return cells.withColumns(
+        {
+            "device_id": F.format_string("dev-%05d", F.col("device")),
+            "ts": start_ms + F.col("slot") * F.lit(slot_ms) + F.pmod(F.col("device") * 7, F.lit(slot_ms)),
+            "region": F.element_at(regions, (F.pmod(F.col("device"), F.lit(len(REGIONS))) + 1).cast("int")),
+            "battery": 20 + F.pmod(F.col("device") * 13 + F.col("window") + F.col("slot"), F.lit(80)),
+            "speed": F.pmod(F.col("device") * 7 + F.col("window") * 3 + F.col("slot"), F.lit(25)),
+            "partition": F.pmod(F.col("device"), F.lit(8)),
+            "window_start": F.timestamp_millis(start_ms),
+            "window_end": F.timestamp_millis(start_ms + F.lit(size_ms)),
+        }
+    )
+
+
+def history_records(spark: SparkSession, config: PipelineConfig, first: int, last: int) -> DataFrame:
+    """The records of silver history windows ``[first, last)`` (in time order, a
+    window of every device each minute)."""
+    ids = spark.range(first * RECORDS_PER_WINDOW, last * RECORDS_PER_WINDOW)
+    cells = ids.select(
+        quotient("id", HISTORY_DEVICES * RECORDS_PER_WINDOW).alias("window"),
+        F.pmod(quotient("id", RECORDS_PER_WINDOW), F.lit(HISTORY_DEVICES)).alias("device"),
+        F.pmod(F.col("id"), F.lit(RECORDS_PER_WINDOW)).alias("slot"),
+    )
+    return telemetry(config, cells)
+
+
+def closed_windows(config: PipelineConfig, records: DataFrame, now: datetime) -> DataFrame:
+    """Silver rows for ``records``, aggregated as silver does, fired and closed."""
+    partials = records.groupBy("window_start", "window_end", *config.key).agg(*partial_aggregates(config))
+    return partials.alias("s").select(
+        "window_start",
+        "window_end",
+        *config.key,
+        *(column.alias(name) for name, column in finished_measures(config).items()),
+        F.lit(1).alias("revision"),
+        F.lit("closed").alias("status"),
+        F.lit(0).alias("late_merged_count"),
+        F.lit(now).alias("updated_at"),
+    )
+
+
+def pending_late(spark: SparkSession, config: PipelineConfig, batch: int, now: datetime) -> DataFrame:
+    """The ``batch``-th LATE_RECORDS quarantine rows, as silver quarantines records
+    whose window was already cleaned up: pending, not yet claimed by a merge run."""
+    ids = spark.range(LATE_RECORDS)
+    cells = ids.select(
+        "id",
+        (quotient("id", LATE_DEVICES * LATE_PER_WINDOW) + LATE_FIRST_WINDOW).alias("window"),
+        F.pmod(quotient("id", LATE_PER_WINDOW), F.lit(LATE_DEVICES)).alias("device"),
+        F.pmod(F.col("id"), F.lit(LATE_PER_WINDOW)).alias("slot"),
+    )
+    source_file = f"bench-late-{batch}.json"
+    arrived = F.timestamp_millis(F.col("ts") + F.lit(LATE_DELAY_MS))
+    return telemetry(config, cells).withColumns(
+        {
+            "event_id": F.format_string(f"{source_file}:%d", F.col("id")),
+            "source_partition": F.col("partition").cast("string"),
+            "source_file": F.lit(source_file),
+            "source_offset": F.col("id"),
+            "event_time": F.timestamp_millis(F.col("ts")),
+            "ingest_time": arrived,
+            "processing_time": arrived,
+            "watermark": F.col("ts") + F.lit(LATE_DELAY_MS),
+            "lateness_ms": F.lit(LATE_DELAY_MS),
+            "reason": F.lit(silver.LATE_REASON),
+            "status": F.lit("pending"),
+            "quarantined_at": F.lit(now),
+            "merged_at": F.lit(None),
+            "merge_run_id": F.lit(None),
+        }
+    )
+
+
+def append(frame: DataFrame, table: TableRef) -> None:
+    columns = [F.col(field.name).cast(field.dataType) for field in table.schema]
+    frame.select(*columns).write.format("delta").mode("append").save(table.path)
+
+
+def late_merge_history(
+    spark: SparkSession, config: PipelineConfig, root: Path, history_windows: int
+) -> TableRegistry:
+    """A lakehouse with ``history_windows`` closed silver windows and gold rolled up from them."""
+    registry = TableRegistry(config, str(root))
+    registry.create_missing(spark)
+    now = datetime.now(UTC)
+    # A commit per stretch of time, as the silver stream writes: each file covers a
+    # narrow window_start range, which is what lets the merge skip the others.
+    for first in range(0, history_windows, WINDOWS_PER_COMMIT):
+        last = min(first + WINDOWS_PER_COMMIT, history_windows)
+        append(closed_windows(config, history_records(spark, config, first, last), now), registry.silver)
+    windows = spark.read.format("delta").load(registry.silver.path)
+    append(rollup(windows, config).withColumn("updated_at", F.lit(now)), registry.gold)
+    return registry
+
+
+def timed_merge(spark: SparkSession, config: PipelineConfig, registry: TableRegistry, batch: int) -> float:
+    """Seconds the late merge of the ``batch``-th LATE_RECORDS pending records
+    (counting from 0) into ``registry`` takes; checks they were all merged."""
+    append(pending_late(spark, config, batch, datetime.now(UTC)), registry.quarantine)
+    # The merge runs as its own spark-submit, which starts by loading each table's
+    # Delta log; without this it would find the snapshots of earlier writes cached.
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    seconds = timed(lambda: merge_late.merge_late(spark, registry, merge_late.TimeRange()))
+    merged = LATE_RECORDS * (batch + 1)
+    quarantine = spark.read.format("delta").load(registry.quarantine.path)
+    statuses = {row.status: row["count"] for row in quarantine.groupBy("status").count().collect()}
+    assert statuses == {"merged": merged}, f"after merge {batch}, quarantine holds {statuses}"
+    windows = spark.read.format("delta").load(registry.silver.path)
+    folded = windows.agg(F.sum("late_merged_count")).first()[0]
+    assert folded == merged, f"after merge {batch}, silver counts {folded} merged records, not {merged}"
+    return seconds
+
+
+def merge_benchmark(
+    spark: SparkSession, config: PipelineConfig, history_windows: int, repeats: int, work: Path
+) -> dict[str, float]:
+    """The late merge over histories of ``history_windows`` and ten times as many,
+    ``repeats`` times each."""
+    warm_up = late_merge_history(spark, config, work / "merge-warm-up", MIN_HISTORY_WINDOWS)
+    timed_merge(spark, config, warm_up, 0)
+    sizes = {"1x": history_windows, "10x": 10 * history_windows}
+    histories = {
+        label: late_merge_history(spark, config, work / f"merge-{label}", windows)
+        for label, windows in sizes.items()
+    }
+    seconds: dict[str, list[float]] = {label: [] for label in sizes}
+    # Alternating the sizes spreads what is left of the JVM's warm-up, and the
+    # machine's other load, over both.
+    for batch in range(repeats):
+        for label, registry in histories.items():
+            seconds[label].append(timed_merge(spark, config, registry, batch))
+    once, tenfold = (statistics.median(seconds[label]) for label in sizes)
+    gold_rows = {
+        label: spark.read.format("delta").load(registry.gold.path).count()
+        for label, registry in histories.items()
+    }
+    return {
+        "merge_late_records": LATE_RECORDS,
+        "merge_repeats": repeats,
+        "merge_history_windows_1x": sizes["1x"],
+        "merge_history_windows_10x": sizes["10x"],
+        "merge_gold_rows_1x": gold_rows["1x"],
+        "merge_gold_rows_10x": gold_rows["10x"],
+        "merge_1x_s": round(once, 2),
+        "merge_10x_s": round(tenfold, 2),
+        "merge_10x_vs_1x": round(tenfold / once, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", choices=("throughput", "merge"), help="run one benchmark (default: both)")
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--records-per-file", type=int, default=20_000)
+    parser.add_argument(
+        "--merge-history-windows",
+        type=int,
+        default=100_000,
+        help="silver windows in the 1x late-merge history (10x has ten times as many)",
+    )
+    parser.add_argument(
+        "--merge-repeats", type=int, default=3, help="late merges into each history (median reported)"
+    )
     parser.add_argument("--output", type=Path, default=REPO / "bench-results.json")
     args = parser.parse_args()
+    if args.merge_history_windows < MIN_HISTORY_WINDOWS:
+        parser.error(f"--merge-history-windows must be at least {MIN_HISTORY_WINDOWS}")
+    if args.merge_repeats < 1:
+        parser.error("--merge-repeats must be at least 1")
 
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
     try:
         config = load_pipeline(PIPELINE)
-        devices = 1_000
-        spec = FleetSpec(
-            devices=devices,
-            partitions=8,
-            seed=7,
-            duration_ms=args.events * 10_000 // devices,
-            offline_ratio=0.0,
-        )
-        records = generate(spec)[: args.events]
-        events = len(records)
-
         spark = build_session("tidemark-bench", overrides={"spark.ui.enabled": "false"})
         spark.sparkContext.setLogLevel("ERROR")
-        measure(spark, config, records[:WARM_UP_EVENTS], work / "warm-up", args.records_per_file // 4)
-        seconds = measure(spark, config, records, work / "measured", args.records_per_file)
-
-        results = {
-            "events": events,
-            "bronze_seconds": round(seconds["bronze"], 2),
-            "plain_copy_seconds": round(seconds["plain_copy"], 2),
-            "bronze_events_per_s": round(events / seconds["bronze"]),
-            "plain_copy_events_per_s": round(events / seconds["plain_copy"]),
-            "bronze_vs_copy": round(seconds["plain_copy"] / seconds["bronze"], 3),
-            "silver_seconds": round(seconds["silver"], 2),
-            "native_seconds": round(seconds["native"], 2),
-            "silver_events_per_s": round(events / seconds["silver"]),
-            "native_events_per_s": round(events / seconds["native"]),
-            "silver_vs_native": round(seconds["native"] / seconds["silver"], 3),
-        }
-        args.output.write_text(json.dumps(results, indent=2) + "\n")
+        results: dict[str, float] = {}
+        if args.only in (None, "throughput"):
+            results |= throughput_benchmark(spark, config, args.events, args.records_per_file, work)
+        if args.only in (None, "merge"):
+            results |= merge_benchmark(spark, config, args.merge_history_windows, args.merge_repeats, work)
+        # One benchmark alone keeps the other's figures from the last run.
+        kept = json.loads(args.output.read_text()) if args.only and args.output.exists() else {}
+        args.output.write_text(json.dumps(kept | results, indent=2) + "\n")
         width = max(map(len, results))
         for name, value in results.items():
             print(f"{name:<{width}}  {value}")

@@ -34,10 +34,12 @@ def engine_config(
     watermark: dict,
     allowed_lateness: str = "0s",
     time_characteristic: str = "event",
+    offline: dict | None = None,
 ) -> PipelineConfig:
     """A pipeline with a fresh name, so many runs share one lakehouse."""
     return parse_pipeline(
         {
+            "offline": offline,
             "pipeline": f"engine_{next(_names)}",
             "source": {"kind": "files", "path": "unused", "format": "json"},
             "schema": SCHEMA,

@@ -57,6 +57,8 @@ def test_registry_names_every_table_of_the_design_under_its_layer(tmp_path):
         "quarantine.telemetry_late",
         "gold.telemetry_region_hourly",
         "gold.telemetry_status_events",
+        "silver.telemetry_offline_state",
+        "quarantine.telemetry_late_tracks",
         "ops.rejects",
         "ops.watermarks",
         "ops.watermark_history",
@@ -81,6 +83,7 @@ def test_silver_carries_keys_measures_and_their_mergeable_state(tmp_path):
 def test_a_pipeline_without_gold_or_offline_has_no_such_tables(tmp_path):
     registry = TableRegistry(load_pipeline(PIPELINES / "clickstream.yaml"), str(tmp_path))
     assert registry.gold is None and registry.status_events is None
+    assert registry.offline_state is None and registry.late_tracks is None
     assert "session_id_approx_distinct_sketch" in registry.silver.schema.fieldNames()
 
 

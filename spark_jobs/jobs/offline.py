@@ -1,0 +1,361 @@
+"""Offline detection: silver's watermark steps -> buffered tracks and event-time
+timers -> ``gold.<p>_status_events`` (seed 003, DESIGN §2 timers).
+
+The detector runs on the very watermark silver computed: its stream is silver's
+``ops.watermark_history``, one row per judged bronze version (and one per
+watermark-only step: an idleness check, the end of input). Per trigger:
+
+1. the new steps give every bronze version's watermark before and after it;
+2. the tracks of those versions are read from bronze; a track at or below its
+   version's starting watermark is late and goes to ``quarantine.<p>_late_tracks``
+   (the late merge re-derives its key later), the rest join the buffer;
+3. buffered tracks the final watermark has passed are handled, with the key's
+   timers, in event-time order (:mod:`spark_jobs.transforms.offline`); each event
+   carries the first watermark step that reached it, so the table is the same
+   however the steps were grouped into triggers: live or backfill;
+4. writes: status events and late tracks (blind appends), then the state table
+   (one MERGE: ``last`` rows, buffer, clock). Each carries the Delta txn id (query
+   id, batch id), so a replayed batch is skipped and a crash between two writes
+   replays from the same state.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.eventtime.clock import MIN_WATERMARK
+from spark_jobs.jobs.bronze import idempotent_append
+from spark_jobs.jobs.common import (
+    BatchWriter,
+    JobContext,
+    RunTotals,
+    delta_txn,
+    exit_on_config_error,
+    job_parser,
+    retry_on_conflict,
+    run_stream,
+    start_stream,
+)
+from spark_jobs.session import build_session
+from spark_jobs.tables import TableRef, TableRegistry
+from spark_jobs.transforms.offline import detection_watermark, transitions
+from spark_jobs.transforms.windows import is_marker, record_millis
+
+CLOCK, LAST, BUFFERED = "clock", "last", "buffered"
+
+
+@dataclass(frozen=True)
+class DetectorClock:
+    """How far the detector has read: silver's watermark and last bronze version."""
+
+    watermark: int = MIN_WATERMARK
+    version: int = -1
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A trigger's watermark steps: each new bronze version's starting watermark,
+    every watermark reached, and where the detector stands afterwards."""
+
+    starts: dict[int, int]
+    watermarks: list[int]
+    after: DetectorClock
+
+
+def offline_tables(registry: TableRegistry) -> tuple[TableRef, TableRef, TableRef]:
+    """(status events, state, late tracks); a pipeline without ``offline`` has none."""
+    if registry.status_events is None or registry.offline_state is None or registry.late_tracks is None:
+        raise ValueError(f"pipeline {registry.config.name!r} has no offline section")
+    return registry.status_events, registry.offline_state, registry.late_tracks
+
+
+def read_watermark_steps(spark: SparkSession, registry: TableRegistry) -> DataFrame:
+    history = registry.ops["watermark_history"].path
+    return (
+        spark.readStream.format("delta")
+        .load(history)
+        .where(F.col("pipeline") == registry.config.name)
+        .select("batch_id", "watermark")
+    )
+
+
+def plan_steps(clock: DetectorClock, steps: Sequence[tuple[int, int]]) -> Steps:
+    """Walk silver's (bronze version, watermark after) steps in order. Versions the
+    detector has read already only move the watermark (an idle or flush step)."""
+    watermark, version = clock.watermark, clock.version
+    starts: dict[int, int] = {}
+    reached = []
+    for step_version, step_watermark in sorted(steps):
+        if step_version > version:
+            starts.setdefault(step_version, watermark)
+        watermark = max(watermark, step_watermark)
+        reached.append(watermark)
+    last_version = max([version, *starts])
+    return Steps(starts, reached, DetectorClock(watermark, last_version))
+
+
+def read_state(spark: SparkSession, state: TableRef) -> DataFrame:
+    return spark.read.format("delta").load(state.path)
+
+
+def detector_clock(state: DataFrame) -> DetectorClock:
+    row = state.where(F.col("kind") == CLOCK).select("ts_ms", "version").first()
+    return DetectorClock() if row is None else DetectorClock(row.ts_ms, row.version)
+
+
+def version_tracks(spark: SparkSession, registry: TableRegistry, starts: dict[int, int]) -> DataFrame | None:
+    """Bronze data rows of the versions in ``starts``, with ``ts_ms`` and the
+    version's starting ``watermark``; None when bronze has none of them yet."""
+    if not starts:
+        return None
+    latest = DeltaTable.forPath(spark, registry.bronze.path).history(1).first().version
+    first, last = min(starts), min(max(starts), latest)
+    if first > last:
+        return None
+    clocks = spark.createDataFrame(list(starts.items()), "version long, watermark long")
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", first)
+        .option("endingVersion", last)
+        .load(registry.bronze.path)
+        .where(F.col("_change_type") == "insert")
+        .withColumnRenamed("_commit_version", "version")
+        .where(~is_marker(registry.config))
+        .withColumn("ts_ms", record_millis(registry.config))
+        .join(F.broadcast(clocks), "version")
+    )
+
+
+def late_track_rows(late: DataFrame, registry: TableRegistry, now: datetime) -> DataFrame:
+    return late.select(
+        *registry.bronze.schema.fieldNames(),
+        "watermark",
+        (F.col("watermark") - F.col("ts_ms")).alias("lateness_ms"),
+        F.lit("pending").alias("status"),
+        F.lit(now).cast("timestamp").alias("quarantined_at"),
+        F.lit(None).cast("timestamp").alias("merged_at"),
+        F.lit(None).cast("string").alias("merge_run_id"),
+    )
+
+
+def event_rows(events: DataFrame, key: Sequence[str], watermarks: Sequence[int], now: datetime) -> DataFrame:
+    return events.select(
+        *key,
+        "status",
+        F.timestamp_millis("event_ms").alias("event_time"),
+        detection_watermark(F.col("event_ms"), watermarks).alias("watermark"),
+        F.lit(now).cast("timestamp").alias("detected_at"),
+    )
+
+
+def state_changes(
+    key: Sequence[str],
+    new_last: DataFrame,
+    buffer: DataFrame,
+    arrived: DataFrame,
+    clock: DetectorClock,
+    spark: SparkSession,
+) -> DataFrame:
+    """The MERGE source: ``upsert`` the new last rows and the clock, ``delete``
+    handled buffered tracks, ``insert`` arrived tracks still ahead of the watermark."""
+    nulls = [F.lit(None).alias(column) for column in key]
+    buffered = buffer.select(*key, "ts_ms", F.lit(True).alias("was_buffered")).unionByName(
+        arrived.select(*key, "ts_ms", F.lit(False).alias("was_buffered"))
+    )
+    buffered = buffered.groupBy(*key, "ts_ms").agg(F.max("was_buffered").alias("was_buffered"))
+    due = F.col("ts_ms") <= F.lit(clock.watermark)
+    rows = [
+        new_last.select(*key, F.lit(LAST).alias("kind"), "ts_ms", "status", F.lit("upsert").alias("action")),
+        buffered.where(due & F.col("was_buffered")).select(
+            *key,
+            F.lit(BUFFERED).alias("kind"),
+            "ts_ms",
+            F.lit(None).cast("string").alias("status"),
+            F.lit("delete").alias("action"),
+        ),
+        buffered.where(~due & ~F.col("was_buffered")).select(
+            *key,
+            F.lit(BUFFERED).alias("kind"),
+            "ts_ms",
+            F.lit(None).cast("string").alias("status"),
+            F.lit("insert").alias("action"),
+        ),
+    ]
+    clock_row = spark.createDataFrame([(clock.watermark, clock.version)], "ts_ms long, version long").select(
+        *nulls,
+        F.lit(CLOCK).alias("kind"),
+        "ts_ms",
+        F.lit(None).cast("string").alias("status"),
+        F.lit("upsert").alias("action"),
+        "version",
+    )
+    changes = (
+        rows[0].unionByName(rows[1]).unionByName(rows[2]).withColumn("version", F.lit(None).cast("long"))
+    )
+    return changes.unionByName(clock_row, allowMissingColumns=True)
+
+
+def merge_state(
+    spark: SparkSession,
+    state: TableRef,
+    key: Sequence[str],
+    changes: DataFrame,
+    txn: tuple[str, int] | None,
+    now: datetime,
+) -> None:
+    same_row = " AND ".join(
+        [
+            *(f"t.{column} <=> s.{column}" for column in key),
+            "t.kind = s.kind",
+            f"(t.kind <> '{BUFFERED}' OR t.ts_ms = s.ts_ms)",
+        ]
+    )
+    moment = F.lit(now).cast("timestamp")
+
+    def merge() -> None:
+        statement = (
+            DeltaTable.forPath(spark, state.path)
+            .alias("t")
+            .merge(changes.alias("s"), same_row)
+            .whenMatchedDelete(condition="s.action = 'delete'")
+            .whenMatchedUpdate(
+                condition="s.action = 'upsert'",
+                set={"ts_ms": "s.ts_ms", "status": "s.status", "version": "s.version", "updated_at": moment},
+            )
+            .whenNotMatchedInsert(
+                condition="s.action <> 'delete'",
+                values={
+                    **{column: f"s.{column}" for column in key},
+                    "kind": "s.kind",
+                    "ts_ms": "s.ts_ms",
+                    "status": "s.status",
+                    "version": "s.version",
+                    "updated_at": moment,
+                },
+            )
+        )
+        if txn is None:
+            statement.execute()
+        else:
+            with delta_txn(spark, *txn):
+                statement.execute()
+
+    retry_on_conflict(merge, "offline state MERGE")
+
+
+def advance_detector(
+    spark: SparkSession,
+    registry: TableRegistry,
+    state: DataFrame,
+    arrived: DataFrame,
+    steps: Steps,
+    txn: tuple[str, int],
+    now: datetime,
+) -> int:
+    """Buffer ``arrived`` tracks, handle everything the watermark passed, write the
+    status events and the new state; returns how many events were emitted."""
+    offline = registry.config.offline
+    assert offline is not None
+    key = offline.key
+    events_table, state_table, _ = offline_tables(registry)
+    watermark = steps.after.watermark
+    buffer = state.where(F.col("kind") == BUFFERED).select(*key, "ts_ms")
+    due = buffer.unionByName(arrived).where(F.col("ts_ms") <= F.lit(watermark))
+    last = state.where(F.col("kind") == LAST).select(*key, "ts_ms", "status")
+    events, new_last = transitions(last, due, key, offline.timeout_ms, watermark)
+    rows = event_rows(events, key, steps.watermarks, now).persist()
+    try:
+        emitted = rows.count()
+        if emitted:
+            idempotent_append(rows, events_table, f"{txn[0]}:status_events", txn[1])
+    finally:
+        rows.unpersist()
+    changes = state_changes(key, new_last, buffer, arrived, steps.after, spark)
+    merge_state(spark, state_table, key, changes, (f"{txn[0]}:state", txn[1]), now)
+    return emitted
+
+
+class OfflineBatchWriter(BatchWriter):
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        spark = self.spark
+        registry = self.context.registry
+        key = registry.config.offline.key if registry.config.offline else ()
+        _, state_table, late_table = offline_tables(registry)
+        now = datetime.now(UTC)
+        received = [(row.batch_id, row.watermark) for row in batch.collect()]
+        if not received:
+            return
+        # The state is read once and pinned: the MERGE below rewrites the table it
+        # was computed from.
+        state = read_state(spark, state_table).persist()
+        try:
+            clock = detector_clock(state)
+            steps = plan_steps(clock, received)
+            if steps.after == clock:
+                return
+            tracks = version_tracks(spark, registry, steps.starts)
+            late_count = 0
+            if tracks is None:
+                arrived = spark.createDataFrame([], state.select(*key, "ts_ms").schema)
+                self._advance(state, arrived, steps, batch_id, now)
+            else:
+                judged = tracks.withColumn("is_late", F.col("ts_ms") <= F.col("watermark")).persist()
+                try:
+                    late = judged.where("is_late")
+                    late_count = late.count()
+                    if late_count:
+                        idempotent_append(
+                            late_track_rows(late, registry, now), late_table, f"{self.app_id}:late", batch_id
+                        )
+                    self._advance(
+                        state, judged.where(~F.col("is_late")).select(*key, "ts_ms"), steps, batch_id, now
+                    )
+                    self.totals.rows_in += judged.count()
+                finally:
+                    judged.unpersist()
+        finally:
+            state.unpersist()
+        self.totals.batches += 1
+        self.totals.late += late_count
+
+    def _advance(
+        self, state: DataFrame, arrived: DataFrame, steps: Steps, batch_id: int, now: datetime
+    ) -> None:
+        emitted = advance_detector(
+            self.spark, self.context.registry, state, arrived, steps, (self.app_id, batch_id), now
+        )
+        self.totals.rows_out += emitted
+
+
+def run(spark: SparkSession, context: JobContext) -> int:
+    """Run offline detection in this session (replays share one session)."""
+    registry = context.registry
+    if registry.config.offline is None:
+        print(f"tidemark offline: pipeline {registry.config.name!r} has no offline section", file=sys.stderr)
+        return 2
+    registry.create_missing(spark)
+    totals = RunTotals()
+    writer = OfflineBatchWriter(spark, context, totals)
+    return run_stream(
+        spark, context, lambda: start_stream(read_watermark_steps(spark, registry), context, writer), totals
+    )
+
+
+@exit_on_config_error
+def main(argv: list[str] | None = None) -> int:
+    parser = job_parser("offline", "Offline detection with buffered event-time timers.")
+    context = JobContext.from_args("offline", parser.parse_args(argv))
+    spark = build_session(f"tidemark-offline-{context.config.name}")
+    return run(spark, context)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

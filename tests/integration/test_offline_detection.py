@@ -1,0 +1,98 @@
+"""Offline detection on real Spark and Delta, driven through `tidemark replay`:
+Bird's table (seed 003) at any micro-batching, determinism live vs backfill on
+generated fleets, and late tracks folded back in by the late merge."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.eventtime.clock import MAX_WATERMARK
+from spark_jobs.eventtime.timers import OfflineDetector
+from spark_jobs.jobs import offline, silver
+from spark_jobs.jobs.common import JobContext
+from spark_jobs.tables import TableRegistry, join
+from tests.integration.engine import BASE_MS, engine_config, payload, replay_batches
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+BOUNDED = {"strategy": "bounded", "max_out_of_orderness": "5s"}
+TUMBLING = {"type": "tumbling", "size": "1m", "offset": "0s"}
+OFFLINE = {"timeout": "30m", "key": ["device_id"]}
+
+
+def at(clock: str) -> int:
+    """Epoch millis of a wall-clock time on the first day of 2026 (UTC)."""
+    hours, minutes, seconds = (int(part) for part in clock.split(":"))
+    return BASE_MS + ((hours * 60 + minutes) * 60 + seconds) * 1000
+
+
+BIRD_TRACKS = [at("17:30:15"), at("17:30:20"), at("17:30:25"), at("18:00:32")]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("offline")
+
+
+def status_events(spark, registry: TableRegistry) -> list[tuple]:
+    """(device, status, event time ms, watermark at detection), in event-time order."""
+    rows = spark.sql(
+        f"SELECT device_id, status, unix_millis(event_time) AS ms, watermark "
+        f"FROM delta.`{registry.status_events.path}` ORDER BY ms, device_id, status"
+    ).collect()
+    return [tuple(row) for row in rows]
+
+
+def end_input(spark, registry: TableRegistry) -> None:
+    """Flush, as `replay --flush` would, then let offline detection take the step."""
+    assert silver.flush(spark, registry)
+    checkpoint = join(registry.root, "_checkpoints", registry.config.name, "offline")
+    context = JobContext("offline", registry.config, registry, "available-now", 1_000, checkpoint)
+    assert offline.run(spark, context) == 0
+
+
+def bird_splits() -> dict[str, list[list[int]]]:
+    rng = random.Random(3)
+    splits = {"one batch": [BIRD_TRACKS], "one per batch": [[ts] for ts in BIRD_TRACKS]}
+    for example in range(2):
+        cuts = sorted(rng.sample(range(1, len(BIRD_TRACKS)), rng.randint(1, 2)))
+        bounds = [0, *cuts, len(BIRD_TRACKS)]
+        splits[f"random split {example}"] = [BIRD_TRACKS[a:b] for a, b in itertools.pairwise(bounds)]
+    return splits
+
+
+@pytest.mark.parametrize("split", list(bird_splits()))
+def test_birds_table_gives_offline_online_and_after_the_flush_offline_at_any_batching(spark, root, split):
+    batches = [[payload(0, ts, "scooter-1", 80.0, 10.0) for ts in batch] for batch in bird_splits()[split]]
+    config = engine_config(TUMBLING, BOUNDED, offline=OFFLINE)
+    registry = replay_batches(spark, config, root, batches)
+    # The watermark stops 5 s behind 18:00:32: the timer at 18:00:25 has fired,
+    # the track at 18:00:32 waits in the buffer.
+    watermark = at("18:00:32") - 5_000 - 1
+    assert status_events(spark, registry) == [("scooter-1", "offline", at("18:00:25"), watermark)]
+
+    end_input(spark, registry)
+    assert status_events(spark, registry) == [
+        ("scooter-1", "offline", at("18:00:25"), watermark),
+        ("scooter-1", "online", at("18:00:32"), MAX_WATERMARK),
+        ("scooter-1", "offline", at("18:30:32"), MAX_WATERMARK),
+    ]
+    assert spark.read.format("delta").load(registry.late_tracks.path).count() == 0
+
+
+def test_a_track_exactly_one_timeout_after_the_last_keeps_the_key_online(spark, root):
+    tracks = [at("10:00:00"), at("10:30:00"), at("11:00:00")]
+    batches = [[payload(0, ts, "scooter-2", 50.0, 5.0)] for ts in tracks]
+    registry = replay_batches(spark, engine_config(TUMBLING, BOUNDED, offline=OFFLINE), root, batches)
+    end_input(spark, registry)
+    expected = OfflineDetector(30 * 60_000).process_batch(
+        [("scooter-2", ts) for ts in tracks], 0, MAX_WATERMARK
+    )
+    assert [(e.status, e.event_time) for e in expected[0]] == [("offline", at("11:30:00"))]
+    assert [(device, status, ms) for device, status, ms, _ in status_events(spark, registry)] == [
+        ("scooter-2", "offline", at("11:30:00"))
+    ]
