@@ -48,6 +48,7 @@ JOBS = {
     "offline": "offline detection: buffered event-time timers -> status events (streaming)",
     "replay": "replay a static file through every streaming job with controlled micro-batches",
     "merge-late": "fold pending quarantined late records into silver and gold (batch)",
+    "check-idle": "mark idle partitions, advance quiet streams' watermarks, report stalled streams (batch)",
 }
 
 

@@ -34,6 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import ConfigError, load_pipeline
+from spark_jobs.jobs import offline
 from spark_jobs.jobs.common import (
     RunLog,
     RunTotals,
@@ -59,12 +60,12 @@ class TimeRange:
     start: datetime | None = None
     end: datetime | None = None
 
-    def condition(self) -> Column:
+    def condition(self, column: str = "window_start") -> Column:
         conditions = [F.lit(True)]
         if self.start is not None:
-            conditions.append(F.col("window_start") >= F.lit(self.start))
+            conditions.append(F.col(column) >= F.lit(self.start))
         if self.end is not None:
-            conditions.append(F.col("window_start") < F.lit(self.end))
+            conditions.append(F.col(column) < F.lit(self.end))
         return reduce(operator.and_, conditions)
 
     def describe(self) -> str:
@@ -79,12 +80,16 @@ class MergeReport:
     windows: int = 0
     new_windows: int = 0
     gold_keys: int = 0
+    late_tracks: int = 0
+    status_keys: int = 0
 
     def add(self, other: MergeReport) -> None:
         self.records += other.records
         self.windows += other.windows
         self.new_windows += other.new_windows
         self.gold_keys += other.gold_keys
+        self.late_tracks += other.late_tracks
+        self.status_keys += other.status_keys
 
 
 def parse_moment(value: str | None, field: str) -> datetime | None:
@@ -267,7 +272,44 @@ def merge_late(spark: SparkSession, registry: TableRegistry, window: TimeRange) 
     crash_point("claim")
     if version is not None:
         total.add(finish(spark, registry, run_id, version))
+    if registry.config.offline is not None:
+        total.add(merge_late_tracks(spark, registry, window, run_id))
     return total
+
+
+def merge_late_tracks(
+    spark: SparkSession, registry: TableRegistry, window: TimeRange, run_id: str
+) -> MergeReport:
+    """Re-derive the status history of the keys with pending late tracks (whose
+    time is in ``window``), then mark those tracks merged. The re-derivation is a
+    recomputation, so a run killed before the mark is finished by running again."""
+    now = datetime.now(UTC)
+    late = offline.pending_late_tracks(spark, registry, window.condition("event_time")).persist()
+    try:
+        tracks, latest = late.agg(F.count(F.lit(1)), F.max("quarantined_at")).first()
+        if not tracks:
+            return MergeReport()
+        keys = offline.rederive_keys(spark, registry, late, now)
+        crash_point("status")
+        _, _, late_table = offline.offline_tables(registry)
+
+        def mark() -> None:
+            # Tracks quarantined after the read above were not re-derived: they wait.
+            DeltaTable.forPath(spark, late_table.path).update(
+                (F.col("status") == "pending")
+                & window.condition("event_time")
+                & (F.col("quarantined_at") <= F.lit(latest)),
+                {
+                    "status": F.lit("merged"),
+                    "merged_at": F.lit(now).cast("timestamp"),
+                    "merge_run_id": F.lit(run_id),
+                },
+            )
+
+        retry_on_conflict(mark, "late tracks mark")
+    finally:
+        late.unpersist()
+    return MergeReport(late_tracks=tracks, status_keys=keys)
 
 
 def dry_run(spark: SparkSession, registry: TableRegistry, window: TimeRange) -> MergeReport:
@@ -283,6 +325,10 @@ def dry_run(spark: SparkSession, registry: TableRegistry, window: TimeRange) -> 
             f"({report.windows - report.new_windows} get revision + 1, {report.new_windows} new)"
         )
         print(f"  gold keys to recompute: {report.gold_keys}")
+        if registry.config.offline is not None:
+            late_tracks = offline.pending_late_tracks(spark, registry, window.condition("event_time"))
+            keys = late_tracks.select(*registry.config.offline.key).distinct().count()
+            print(f"  late tracks: {late_tracks.count()} (status history re-derived for {keys} keys)")
         if report.windows:
             plan.partials.select("window_start", "window_end", *registry.config.key, "record_count").orderBy(
                 "window_start", *registry.config.key
@@ -327,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     totals = RunTotals(batches=1, rows_in=report.records, rows_out=report.windows, late=report.records)
     message = (
         f"merged {report.records} late records into {report.windows} windows "
-        f"({report.new_windows} new); {report.gold_keys} gold keys recomputed"
+        f"({report.new_windows} new); {report.gold_keys} gold keys recomputed; "
+        f"{report.late_tracks} late tracks, status history re-derived for {report.status_keys} keys"
     )
     log.ended("succeeded", totals, message)
     print(f"tidemark merge-late: {message}")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.eventtime.clock import MIN_WATERMARK
@@ -359,3 +359,110 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def pending_late_tracks(spark: SparkSession, registry: TableRegistry, in_range: Column) -> DataFrame:
+    _, _, late_table = offline_tables(registry)
+    late = spark.read.format("delta").load(late_table.path)
+    return late.where((F.col("status") == "pending") & in_range)
+
+
+def handled_tracks(
+    spark: SparkSession, registry: TableRegistry, keys: DataFrame, clock: DetectorClock
+) -> DataFrame:
+    """Every bronze track of ``keys`` the detector has taken in and the watermark
+    has passed, late or not: what a batch computation at ``clock`` handles."""
+    offline = registry.config.offline
+    assert offline is not None
+    return (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", 0)
+        .option("endingVersion", clock.version)
+        .load(registry.bronze.path)
+        .where((F.col("_change_type") == "insert") & ~is_marker(registry.config))
+        .join(F.broadcast(keys), list(offline.key), "left_semi")
+        .select(*offline.key, record_millis(registry.config).alias("ts_ms"))
+        .where(F.col("ts_ms") <= F.lit(clock.watermark))
+    )
+
+
+def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame, now: datetime) -> int:
+    """Recompute the status history and state of ``keys`` from all their handled
+    tracks, late ones included: after this, their status events equal a batch
+    computation. Idempotent (a recomputation), so a killed merge simply reruns it.
+    Events that stay keep the watermark they were detected at; new ones get the
+    detector's current watermark."""
+    offline = registry.config.offline
+    assert offline is not None
+    key = offline.key
+    events_table, state_table, _ = offline_tables(registry)
+    keys = keys.select(*key).distinct().persist()
+    try:
+        affected = keys.count()
+        if not affected:
+            return 0
+        state = read_state(spark, state_table).persist()
+        try:
+            clock = detector_clock(state)
+            if clock.version < 0:
+                return 0
+            no_last = state.where(F.lit(False)).select(*key, "ts_ms", "status")
+            events, new_last = transitions(
+                no_last,
+                handled_tracks(spark, registry, keys, clock),
+                key,
+                offline.timeout_ms,
+                clock.watermark,
+            )
+            replace_events(spark, events_table, key, keys, event_rows(events, key, [clock.watermark], now))
+            empty = state.where(F.lit(False)).select(*key, "ts_ms")
+            changes = state_changes(key, new_last, empty, empty, clock, spark)
+            merge_state(spark, state_table, key, changes, None, now)
+        finally:
+            state.unpersist()
+        return affected
+    finally:
+        keys.unpersist()
+
+
+def replace_events(
+    spark: SparkSession, events_table: TableRef, key: Sequence[str], keys: DataFrame, fresh: DataFrame
+) -> None:
+    """Make ``keys``' rows of the status events exactly ``fresh``: keep the rows
+    that stay, insert the new ones, delete the ones that no longer happen."""
+    wanted = [row.asDict() for row in keys.collect()]
+    of_keys = " OR ".join(
+        "(" + " AND ".join(f"t.{column} <=> {sql_literal(row[column])}" for column in key) + ")"
+        for row in wanted
+    )
+    same = " AND ".join(
+        [
+            *(f"t.{column} <=> s.{column}" for column in key),
+            "t.status = s.status",
+            "t.event_time = s.event_time",
+        ]
+    )
+
+    def merge() -> None:
+        (
+            DeltaTable.forPath(spark, events_table.path)
+            .alias("t")
+            .merge(fresh.alias("s"), same)
+            .whenNotMatchedInsertAll()
+            .whenNotMatchedBySourceDelete(condition=of_keys)
+            .execute()
+        )
+
+    retry_on_conflict(merge, "status events MERGE")
+
+
+def sql_literal(value: object) -> str:
+    """A key value as a SQL literal (strings quoted, quotes escaped)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -419,6 +419,27 @@ class SilverBatchWriter(BatchWriter):
         self.totals.late += late_total
 
 
+def fire_due(
+    spark: SparkSession, registry: TableRegistry, watermark: int, txn: tuple[str, int], now: datetime
+) -> None:
+    """Fire the windows ``watermark`` has passed and close those past their allowed
+    lateness, for a watermark step that brings no records (end of input, idleness)."""
+    due, fired = firing_update(watermark, registry.config.allowed_lateness_ms)
+
+    def fire() -> None:
+        with delta_txn(spark, *txn):
+            DeltaTable.forPath(spark, registry.silver.path).update(
+                due, {**fired, "updated_at": F.lit(now).cast("timestamp")}
+            )
+
+    retry_on_conflict(fire, "silver firing")
+
+
+def last_history_batch(spark: SparkSession, registry: TableRegistry) -> int | None:
+    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
+    return history.where(F.col("pipeline") == registry.config.name).agg(F.max("batch_id")).first()[0]
+
+
 def flush(spark: SparkSession, registry: TableRegistry) -> bool:
     """End of input, like a bounded Flink source: the watermark moves to +inf, so
     every window fires and closes. Returns False when it had already ended."""
@@ -426,27 +447,52 @@ def flush(spark: SparkSession, registry: TableRegistry) -> bool:
     tracker = load_tracker(spark, registry)
     if tracker.watermark == MAX_WATERMARK:
         return False
-    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
-    last = history.where(F.col("pipeline") == registry.config.name).agg(F.max("batch_id")).first()[0]
+    last = last_history_batch(spark, registry)
     version = -1 if last is None else last
     state = tracker.flush()
     now = datetime.now(UTC)
     app_id = f"flush-{registry.config.name}"
-    due, fired = firing_update(MAX_WATERMARK, registry.config.allowed_lateness_ms)
-
-    def fire_all() -> None:
-        with delta_txn(spark, f"{app_id}:silver", version + 1):
-            DeltaTable.forPath(spark, registry.silver.path).update(
-                due, {**fired, "updated_at": F.lit(now).cast("timestamp")}
-            )
-
-    retry_on_conflict(fire_all, "silver flush")
+    fire_due(spark, registry, MAX_WATERMARK, (f"{app_id}:silver", version + 1), now)
     now_ms = round(now.timestamp() * 1000)
     clock = VersionClock(
         version + 1, now_ms, MIN_WATERMARK, MAX_WATERMARK, state.active_partitions, state.idle_partitions
     )
     write_history(spark, registry, [clock], {}, app_id, version + 1)
     return True
+
+
+def judged_version(spark: SparkSession, registry: TableRegistry) -> int | None:
+    """The last bronze version silver has judged (None before its first batch)."""
+    clocks = spark.read.format("delta").load(registry.ops["watermarks"].path)
+    return clocks.where(F.col("pipeline") == registry.config.name).agg(F.max("batch_id")).first()[0]
+
+
+def advance_idle(spark: SparkSession, registry: TableRegistry, now: datetime) -> VersionClock | None:
+    """A watermark step without records, for when silver is quiet (no bronze
+    version left to judge): partitions quiet for the idleness timeout become idle,
+    the watermark moves as the valve says, and the windows it passed fire, through
+    the same tracker and firing update as a streaming batch. Recorded as a history
+    step on the last judged version. Returns the step, or None if nothing moved."""
+    last_version = judged_version(spark, registry)
+    if last_version is None:
+        return None
+    tracker = load_tracker(spark, registry)
+    before = tracker.watermark
+    idle_before = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
+    now_ms = round(now.timestamp() * 1000)
+    state = tracker.advance(now_ms, {})
+    idle_after = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
+    if state.watermark == before and idle_after == idle_before:
+        return None
+    # Each check is its own step: its moment is its transaction version.
+    app_id = f"idle-{registry.config.name}"
+    fire_due(spark, registry, state.watermark, (f"{app_id}:silver", now_ms), now)
+    clock = VersionClock(
+        last_version, now_ms, before, state.watermark, state.active_partitions, state.idle_partitions
+    )
+    write_history(spark, registry, [clock], {}, app_id, now_ms)
+    write_partition_clocks(spark, registry, tracker, last_version, app_id, now_ms, now)
+    return clock
 
 
 def run(spark: SparkSession, context: JobContext) -> int:

@@ -37,22 +37,31 @@ def engine_config(
     offline: dict | None = None,
 ) -> PipelineConfig:
     """A pipeline with a fresh name, so many runs share one lakehouse."""
-    return parse_pipeline(
-        {
-            "offline": offline,
-            "pipeline": f"engine_{next(_names)}",
-            "source": {"kind": "files", "path": "unused", "format": "json"},
-            "schema": SCHEMA,
-            "event_time": {"column": "ts", "format": "epoch_millis", "max_future_skew": "3650d"},
-            "time_characteristic": time_characteristic,
-            "partition_column": "partition",
-            "key": ["region", "device_id"],
-            "watermark": watermark,
-            "window": window,
-            "allowed_lateness": allowed_lateness,
-            "measures": MEASURES,
-        }
-    )
+    return parse_pipeline(engine_document(window, watermark, allowed_lateness, time_characteristic, offline))
+
+
+def engine_document(
+    window: dict,
+    watermark: dict,
+    allowed_lateness: str = "0s",
+    time_characteristic: str = "event",
+    offline: dict | None = None,
+) -> dict:
+    """The pipeline file's content, for jobs started by spark-submit."""
+    return {
+        "pipeline": f"engine_{next(_names)}",
+        "source": {"kind": "files", "path": "unused", "format": "json"},
+        "schema": SCHEMA,
+        "event_time": {"column": "ts", "format": "epoch_millis", "max_future_skew": "3650d"},
+        "time_characteristic": time_characteristic,
+        "partition_column": "partition",
+        "key": ["region", "device_id"],
+        "watermark": watermark,
+        "window": window,
+        "allowed_lateness": allowed_lateness,
+        "measures": MEASURES,
+        "offline": offline,
+    }
 
 
 def payload(partition: int, ts_ms: int, device: str, battery: float, speed: float) -> dict:

@@ -3,6 +3,8 @@ engine: what silver and gold must equal once every late record is merged."""
 
 from __future__ import annotations
 
+from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
+from spark_jobs.eventtime.timers import OfflineDetector
 from spark_jobs.tables import TableRegistry
 
 
@@ -68,3 +70,21 @@ def engine_gold(spark, registry: TableRegistry) -> dict:
 def not_quarantined(registry: TableRegistry) -> str:
     """A bronze filter: records never sent to the quarantine (on time)."""
     return f"event_id NOT IN (SELECT event_id FROM delta.`{registry.quarantine.path}`)"
+
+
+def batch_status_events(spark, registry: TableRegistry) -> list[tuple]:
+    """(device, status, event time ms) of the reference detector over every bronze
+    track at once, with the input ended: offline detection's batch computation."""
+    tracks = spark.sql(
+        f"SELECT device_id, unix_millis(event_time) FROM delta.`{registry.bronze.path}`"
+    ).collect()
+    detector = OfflineDetector(registry.config.offline.timeout_ms)
+    events, _ = detector.process_batch([tuple(row) for row in tracks], MIN_WATERMARK, MAX_WATERMARK)
+    return sorted((event.key, event.status, event.event_time) for event in events)
+
+
+def engine_status_events(spark, registry: TableRegistry) -> list[tuple]:
+    rows = spark.sql(
+        f"SELECT device_id, status, unix_millis(event_time) FROM delta.`{registry.status_events.path}`"
+    ).collect()
+    return sorted(tuple(row) for row in rows)

@@ -31,8 +31,10 @@ from tests.integration.conftest import (
 from tests.integration.lakehouse_sql import (
     batch_gold,
     batch_silver,
+    batch_status_events,
     engine_gold,
     engine_silver,
+    engine_status_events,
     not_quarantined,
 )
 
@@ -72,6 +74,10 @@ def assert_reconciles(spark, registry: TableRegistry) -> None:
     assert silver.late == statuses.get("merged", 0)
 
 
+def statuses_of(spark, path: str) -> set[str]:
+    return {row.status for row in spark.read.format("delta").load(path).select("status").distinct().collect()}
+
+
 def versions(*paths: str) -> list[int]:
     return [delta_commits(path) for path in paths]
 
@@ -83,6 +89,7 @@ def test_after_the_late_merge_silver_and_gold_equal_a_batch_computation_over_bro
     late = quarantine_by_status(spark, registry)
     assert set(late) == {"pending"} and late["pending"] > 20
     assert_reconciles(spark, registry)
+    late_track_statuses = statuses_of(spark, registry.late_tracks.path)
     # Before the merge, silver and gold hold exactly the on-time records.
     on_time = not_quarantined(registry)
     assert engine_silver(spark, registry) == batch_silver(spark, registry, on_time)
@@ -123,6 +130,11 @@ def test_after_the_late_merge_silver_and_gold_equal_a_batch_computation_over_bro
     assert quarantine_by_status(spark, registry) == {"merged": late["pending"]}
     assert engine_silver(spark, registry) == batch_silver(spark, registry)
     assert engine_gold(spark, registry) == batch_gold(spark, registry)
+    # Offline detection's late tracks are folded in too: its status history was
+    # re-derived for their devices and equals the batch computation.
+    assert late_track_statuses == {"pending"}
+    assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
+    assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
     assert_reconciles(spark, registry)
     merged = spark.sql(
         f"SELECT count(*) AS n, count(DISTINCT merge_run_id) AS runs, count(merged_at) AS stamped "

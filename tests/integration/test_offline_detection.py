@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.eventtime.clock import MAX_WATERMARK
+from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
 from spark_jobs.eventtime.timers import OfflineDetector
+from spark_jobs.generator import FleetSpec, generate
 from spark_jobs.jobs import offline, silver
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.tables import TableRegistry, join
-from tests.integration.engine import BASE_MS, engine_config, payload, replay_batches
+from tests.integration.engine import BASE_MS, assert_reconciles, engine_config, payload, replay_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -96,3 +97,44 @@ def test_a_track_exactly_one_timeout_after_the_last_keeps_the_key_online(spark, 
     assert [(device, status, ms) for device, status, ms, _ in status_events(spark, registry)] == [
         ("scooter-2", "offline", at("11:30:00"))
     ]
+
+
+def batch_computation(tracks: list[tuple[str, int]], timeout_ms: int) -> list[tuple]:
+    """All tracks at once with the input ended: the answer every replay must give."""
+    events, late = OfflineDetector(timeout_ms).process_batch(tracks, MIN_WATERMARK, MAX_WATERMARK)
+    assert late == []
+    return sorted((e.key, e.status, e.event_time) for e in events)
+
+
+def chunks(records: list[dict], size: int) -> list[list[dict]]:
+    return [records[start : start + size] for start in range(0, len(records), size)]
+
+
+def test_live_and_backfill_replays_give_the_status_events_of_a_batch_computation(spark, root):
+    fleet = generate(
+        FleetSpec(
+            devices=6, partitions=3, seed=8, duration_ms=3 * 3_600_000, interval_ms=60_000, offline_ratio=0.03
+        )
+    )
+    records = [generated.payload for generated in fleet]
+    skewed = sorted(records, key=lambda record: record["partition"] == 0)  # partition 0 read last
+    expected = batch_computation([(r["device_id"], r["ts"]) for r in records], 30 * 60_000)
+    assert sum(status == "offline" for _, status, _ in expected) >= 5, (
+        "the fleet must go offline now and then"
+    )
+    replays = {
+        "live: small interleaved batches": chunks(records, 30),
+        "backfill: large, skewed": chunks(skewed, 300),
+    }
+    for name, batches in replays.items():
+        registry = replay_batches(
+            spark, engine_config(TUMBLING, BOUNDED, offline=OFFLINE), root, batches, flush=True
+        )
+        events = [(device, status, ms) for device, status, ms, _ in status_events(spark, registry)]
+        assert sorted(events) == expected, name
+        assert spark.read.format("delta").load(registry.late_tracks.path).count() == 0, name
+        buffered = (
+            spark.read.format("delta").load(registry.offline_state.path).where("kind = 'buffered'").count()
+        )
+        assert buffered == 0, f"{name}: the flush must hand every buffered track"
+        assert_reconciles(spark, registry, records)

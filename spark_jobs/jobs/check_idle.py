@@ -1,0 +1,160 @@
+"""``tidemark check-idle``: the idleness check an orchestrator runs every few minutes.
+
+1. Looks for backlogs: landing files bronze has not ingested yet (files
+   sources), bronze versions silver has not judged yet.
+2. When silver has nothing left to judge, takes one watermark step without
+   records (:func:`spark_jobs.jobs.silver.advance_idle`): partitions quiet for
+   the idleness timeout become idle, the watermark moves, and the windows it
+   passed fire through silver's own firing update. The streaming gold and
+   offline jobs take the step from silver's change feed and watermark history,
+   so due rollups and OFFLINE timers follow through their usual code path.
+3. Reports a stalled stream, one whose backlog is older than ``--stall-after``,
+   and exits 3 so the orchestrator's task fails and someone looks.
+
+Kafka lag is not inspected (silver reads bronze, not Kafka): a stalled Kafka
+bronze shows up as partitions going idle instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.config import load_pipeline, parse_duration
+from spark_jobs.jobs import silver
+from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error
+from spark_jobs.session import build_session
+from spark_jobs.tables import TableRegistry
+
+STALLED_EXIT = 3
+
+
+@dataclass
+class Health:
+    unread_files: int = 0
+    oldest_unread_file: datetime | None = None
+    unjudged_versions: int = 0
+    oldest_unjudged_version: datetime | None = None
+    stalled: list[str] = field(default_factory=list)
+
+
+def landing_files(folder: str) -> dict[str, datetime]:
+    """Visible landing files by name, with their modification times (files being
+    written are hidden, by the landing convention)."""
+    if not os.path.isdir(folder):
+        return {}
+    found = {}
+    for entry in os.scandir(folder):
+        if entry.is_file() and not entry.name.startswith((".", "_")):
+            found[entry.name] = datetime.fromtimestamp(entry.stat().st_mtime, UTC)
+    return found
+
+
+def unread_landing_files(spark: SparkSession, registry: TableRegistry) -> dict[str, datetime]:
+    folder = registry.landing_path
+    if registry.config.source.kind != "files" or folder is None or "://" in folder:
+        return {}
+    landed = landing_files(folder)
+    if not landed:
+        return {}
+    read = spark.read.format("delta").load(registry.bronze.path)
+    names = read.select(F.regexp_extract("source_file", r"[^/]*$", 0).alias("name")).distinct()
+    return {name: at for name, at in landed.items() if name not in {row.name for row in names.collect()}}
+
+
+def unjudged_versions(spark: SparkSession, registry: TableRegistry) -> tuple[int, datetime | None]:
+    """(bronze versions with records silver has not judged, the oldest one's commit time)."""
+    judged = silver.judged_version(spark, registry)
+    first = 0 if judged is None else judged + 1
+    latest = DeltaTable.forPath(spark, registry.bronze.path).history(1).first().version
+    if latest < first:
+        return 0, None
+    pending = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", first)
+        .option("endingVersion", latest)
+        .load(registry.bronze.path)
+        .agg(F.count_distinct("_commit_version"), F.min("_commit_timestamp"))
+        .first()
+    )
+    oldest = pending[1]
+    return pending[0], None if oldest is None else oldest.replace(tzinfo=UTC)
+
+
+def inspect(spark: SparkSession, registry: TableRegistry, now: datetime, stall_after_ms: int) -> Health:
+    health = Health()
+    unread = unread_landing_files(spark, registry)
+    health.unread_files = len(unread)
+    health.oldest_unread_file = min(unread.values(), default=None)
+    health.unjudged_versions, health.oldest_unjudged_version = unjudged_versions(spark, registry)
+
+    def overdue(since: datetime | None) -> bool:
+        return since is not None and (now - since).total_seconds() * 1000 >= stall_after_ms
+
+    if overdue(health.oldest_unread_file):
+        health.stalled.append(
+            f"bronze: {health.unread_files} landing files unread, the oldest landed at "
+            f"{health.oldest_unread_file:%Y-%m-%d %H:%M:%S} UTC"
+        )
+    if overdue(health.oldest_unjudged_version):
+        health.stalled.append(
+            f"silver: {health.unjudged_versions} bronze versions not judged, the oldest committed at "
+            f"{health.oldest_unjudged_version:%Y-%m-%d %H:%M:%S} UTC"
+        )
+    return health
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tidemark check-idle",
+        description="Mark idle partitions, advance the watermark of quiet streams, report stalled ones.",
+    )
+    parser.add_argument("--pipeline", required=True, help="pipeline YAML file")
+    parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
+    parser.add_argument(
+        "--stall-after",
+        default="5m",
+        help="a backlog older than this means its stream is stalled: exit 3 (default 5m)",
+    )
+    return parser
+
+
+@exit_on_config_error
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    stall_after_ms = parse_duration(args.stall_after, "--stall-after", allow_zero=False)
+    config = load_pipeline(args.pipeline)
+    registry = TableRegistry(config, args.lakehouse)
+    spark = build_session(f"tidemark-check-idle-{config.name}")
+    registry.create_missing(spark)
+    log = RunLog(spark, "check_idle", registry)
+    log.started()
+    now = datetime.now(UTC)
+    health = inspect(spark, registry, now, stall_after_ms)
+    step = None if health.unjudged_versions else silver.advance_idle(spark, registry, now)
+    if step is None:
+        moved = "watermark unchanged" if not health.unjudged_versions else "silver busy: watermark left to it"
+    else:
+        moved = (
+            f"watermark {step.watermark_before} -> {step.watermark_after} "
+            f"({step.active_partitions} active, {step.idle_partitions} idle partitions)"
+        )
+    message = "; ".join([moved, *health.stalled])
+    print(f"tidemark check-idle {config.name}: {message}")
+    log.ended("failed" if health.stalled else "succeeded", RunTotals(batches=int(step is not None)), message)
+    if health.stalled:
+        print("tidemark check-idle: stalled: " + " | ".join(health.stalled), file=sys.stderr)
+        return STALLED_EXIT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
