@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 JARS_STAMP := $(VENV)/share/tidemark/jars/.resolved
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test test-fast lint format clean bench
+.PHONY: setup test test-fast lint format clean bench demo stop
 
 setup: $(VENV)/.installed $(JARS_STAMP)
 
@@ -39,6 +39,13 @@ test-fast: setup
 
 bench: setup
 	$(PY) -m tests.benchmarks.bench
+
+# The whole pipeline under a real `airflow standalone` (state in .tidemark/).
+demo: setup
+	PYTHONPATH=plugins $(PY) -m tidemark_airflow.demo
+
+stop:
+	PYTHONPATH=plugins $(PY) -m tidemark_airflow.standalone stop
 
 clean:
 	rm -rf $(VENV) lakehouse .pytest_cache .ruff_cache .hypothesis

@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from spark_jobs import __version__
 from spark_jobs.config import ConfigError, load_pipeline
+
+if TYPE_CHECKING:  # the CLI imports Spark only for the commands that need it
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.tables import TableRegistry
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -29,16 +35,38 @@ def _tables(args: argparse.Namespace) -> int:
     config = load_pipeline(args.pipeline)
     registry = TableRegistry(config, args.lakehouse)
     created: set[str] = set()
-    if args.create:
+    counts: dict[str, str] = {}
+    if args.create or args.counts:
         from spark_jobs.session import build_session
 
         spark = build_session(f"tidemark-tables-{config.name}")
-        created = {table.sql_name for table in registry.create_missing(spark)}
+        if args.create:
+            created = {table.sql_name for table in registry.create_missing(spark)}
+        if args.counts:
+            counts = _row_counts(spark, registry)
         spark.stop()
     for table in registry.all():
         marker = " (created)" if table.sql_name in created else ""
-        print(f"{table.sql_name:<40} {table.path}{marker}")
+        rows = f"{counts[table.sql_name]:>10}  " if counts else ""
+        print(f"{table.sql_name:<40} {rows}{table.path}{marker}")
     return 0
+
+
+def _row_counts(spark: SparkSession, registry: TableRegistry) -> dict[str, str]:
+    """Rows per table; the shared ops tables count this pipeline's rows only."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    counts = {}
+    for table in registry.all():
+        if not DeltaTable.isDeltaTable(spark, table.path):
+            counts[table.sql_name] = "-"
+            continue
+        rows = spark.read.format("delta").load(table.path)
+        if table.layer == "ops":
+            rows = rows.where(F.col("pipeline") == registry.config.name)
+        counts[table.sql_name] = str(rows.count())
+    return counts
 
 
 JOBS = {
@@ -48,6 +76,7 @@ JOBS = {
     "offline": "offline detection: buffered event-time timers -> status events (streaming)",
     "replay": "replay a static file through every streaming job with controlled micro-batches",
     "merge-late": "fold pending quarantined late records into silver and gold (batch)",
+    "maintenance": "OPTIMIZE and VACUUM a pipeline's Delta tables, report checkpoint sizes (batch)",
     "check-idle": "mark idle partitions, advance quiet streams' watermarks, report stalled streams (batch)",
 }
 
@@ -110,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     tables.add_argument("--pipeline", required=True, help="pipeline YAML file")
     tables.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     tables.add_argument("--create", action="store_true", help="create the tables that do not exist yet")
+    tables.add_argument("--counts", action="store_true", help="count each table's rows (starts Spark)")
     tables.set_defaults(handler=_tables)
 
     for job, summary in JOBS.items():

@@ -1,0 +1,45 @@
+"""Example: an hourly report that runs only once its hour is complete in event
+time. Airflow's data interval meets the watermark: the sensor waits until the
+pipeline's watermark has passed the interval's end, then the report reads the
+gold rows of that hour. Late records still merge in later (tidemark_late_merge)."""
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import dag, task
+from tidemark_airflow.operators import DEFAULT_ARGS, pipeline_param
+from tidemark_airflow.sensors import WatermarkSensor
+
+
+@dag(
+    dag_id="tidemark_hourly_report",
+    schedule="@hourly",
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    default_args=DEFAULT_ARGS,
+    tags=["tidemark", "example"],
+    doc_md=__doc__,
+    params={"pipeline": pipeline_param()},
+)
+def tidemark_hourly_report() -> None:
+    hour_complete = WatermarkSensor(
+        task_id="hour_complete_in_event_time",
+        pipeline="{{ params.pipeline }}",
+        moment="{{ data_interval_end }}",
+        mode="reschedule",
+        poke_interval=60,
+        timeout=timedelta(hours=6).total_seconds(),
+    )
+
+    @task
+    def report(data_interval_start: datetime | None = None, params: dict | None = None) -> list[dict]:
+        from tidemark_airflow.lakehouse import gold_rows
+
+        rows = gold_rows(params["pipeline"], data_interval_start)
+        for row in rows:
+            print(row)
+        return rows
+
+    hour_complete >> report()
+
+
+tidemark_hourly_report()

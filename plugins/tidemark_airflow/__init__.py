@@ -1,0 +1,1 @@
+"""Tidemark's Airflow code: operators, sensors, lakehouse reads and the UI page."""

@@ -1,0 +1,37 @@
+"""Stream health from a Structured Streaming checkpoint, without Spark.
+
+A micro-batch writes ``offsets/<id>`` when it starts and ``commits/<id>`` when
+it is done. A batch whose offsets are older than the stall limit with no commit
+means the stream is alive but stuck (a hung task, a lost executor, a lock)."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+
+
+def _batch_ids(folder: str) -> dict[int, float]:
+    """Batch id -> modification time of the checkpoint log files in ``folder``."""
+    if not os.path.isdir(folder):
+        return {}
+    found = {}
+    for entry in os.scandir(folder):
+        if entry.name.isdigit():
+            found[int(entry.name)] = entry.stat().st_mtime
+    return found
+
+
+def stalled_batch(checkpoint: str, stall_after: timedelta, now: float | None = None) -> str | None:
+    """Why the stream at ``checkpoint`` is stalled, or None when it is healthy
+    (idle between batches, or still within the limit on its current batch)."""
+    started = _batch_ids(os.path.join(checkpoint, "offsets"))
+    if not started:
+        return None
+    latest = max(started)
+    if latest in _batch_ids(os.path.join(checkpoint, "commits")):
+        return None
+    running_for = (time.time() if now is None else now) - started[latest]
+    if running_for < stall_after.total_seconds():
+        return None
+    return f"micro-batch {latest} started {running_for:.0f} s ago and has not committed"

@@ -1,0 +1,132 @@
+"""The operators every Tidemark DAG uses: each job is one ``spark-submit`` through
+the Airflow Spark connection (``tidemark_spark``: ``local[2]`` by default, a
+cluster URL in production), so where a job runs is the connection's business."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, Param
+from airflow.sdk.exceptions import AirflowException
+
+from spark_jobs.config import load_pipeline
+from spark_jobs.session import spark_conf
+from spark_jobs.submit import job_script
+from spark_jobs.tables import join, lakehouse_root
+from tidemark_airflow.health import stalled_batch
+
+SPARK_CONN_ID = "tidemark_spark"
+REPO_PIPELINES = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines"
+DEFAULT_ARGS = {"owner": "tidemark", "retries": 2, "retry_delay": timedelta(seconds=30)}
+
+
+def pipeline_files() -> dict[str, str]:
+    """Pipeline name -> YAML file, from ``$TIDEMARK_PIPELINES`` (files or folders,
+    colon-separated), by default the pipelines shipped with the repository."""
+    entries = os.environ.get("TIDEMARK_PIPELINES") or str(REPO_PIPELINES)
+    found: dict[str, str] = {}
+    for entry in filter(None, entries.split(":")):
+        path = Path(entry)
+        files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+        for file in files:
+            found[file.stem] = str(file)
+    return found
+
+
+def pipeline_file(name: str) -> str:
+    files = pipeline_files()
+    if name not in files:
+        raise AirflowException(f"unknown pipeline {name!r}; configured: {sorted(files)}")
+    return files[name]
+
+
+def pipeline_param(default: str = "telemetry") -> Param:
+    """The pipeline to run, chosen from the configured pipeline files."""
+    names = sorted(pipeline_files())
+    return Param(
+        default if default in names else names[0],
+        type="string",
+        enum=names,
+        description="pipeline (a YAML file under TIDEMARK_PIPELINES)",
+    )
+
+
+def checkpoint_of(pipeline: str, job: str) -> str:
+    """Where a streaming job keeps its checkpoint by default (jobs/common.py)."""
+    config = load_pipeline(pipeline_file(pipeline))
+    return join(lakehouse_root(), "_checkpoints", config.name, job)
+
+
+class TidemarkJobOperator(SparkSubmitOperator):
+    """``spark-submit spark_jobs/jobs/<job>.py <job_args>``, with the session
+    factory's settings (Delta, the local jars, UTC) and this interpreter for
+    the Python driver and workers."""
+
+    def __init__(
+        self, *, job: str, job_args: Sequence[str] | Any, env: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        interpreter = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        kwargs.setdefault("conn_id", SPARK_CONN_ID)
+        super().__init__(
+            application=job_script(job),
+            conf=spark_conf(local=os.environ.get("TIDEMARK_SPARK_PROFILE", "local") == "local"),
+            application_args=job_args,
+            name=f"tidemark-{job}",
+            env_vars={**interpreter, **(env or {})},
+            **kwargs,
+        )
+
+
+class SupervisedStreamOperator(TidemarkJobOperator):
+    """A long-running stream with a watchdog. A stream that is alive but stuck
+    (a micro-batch started and not committed within ``stall_after``) is killed,
+    so the task fails and its retries restart the stream from its checkpoint."""
+
+    template_fields: Sequence[str] = (*TidemarkJobOperator.template_fields, "checkpoint")
+
+    def __init__(
+        self, *, checkpoint: str, stall_after: timedelta, poll_interval: float = 10.0, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.checkpoint = checkpoint
+        self.stall_after = stall_after
+        self.poll_interval = poll_interval
+
+    def execute(self, context: Any) -> None:
+        done = threading.Event()
+        stalled: list[str] = []
+
+        def watch() -> None:
+            while not done.wait(self.poll_interval):
+                reason = stalled_batch(self.checkpoint, self.stall_after)
+                if reason is not None and self._hook is not None:
+                    stalled.append(reason)
+                    self.log.error("stream stalled: %s; killing it so the task retries", reason)
+                    self._hook.on_kill()
+                    return
+
+        watchdog = threading.Thread(target=watch, name="tidemark-stream-watchdog", daemon=True)
+        watchdog.start()
+        try:
+            super().execute(context)
+        except AirflowException as error:
+            if stalled:
+                raise AirflowException(f"stream stalled: {stalled[0]}") from error
+            raise
+        finally:
+            done.set()
+
+
+# Jinja helpers every DAG declares (user_defined_macros), so task arguments can
+# follow the run's Params.
+MACROS = {"pipeline_file": pipeline_file, "checkpoint_of": checkpoint_of}
+PIPELINE_ARGS = ("--pipeline", "{{ pipeline_file(params.pipeline) }}")
+GOLD_ASSET = Asset("tidemark_gold", uri="file:///tidemark/gold")
+STATUS_ASSET = Asset("tidemark_status_events", uri="file:///tidemark/status_events")

@@ -1,0 +1,212 @@
+"""`airflow standalone` with the repository's DAGs and plugin, for the demo and the
+end-to-end tests, and a small client for Airflow's REST API.
+
+``python -m tidemark_airflow.standalone start|stop|demo`` (``make demo``/``make stop``).
+Standalone runs the api-server, scheduler, dag-processor and triggerer with the
+LocalExecutor on SQLite and SimpleAuthManager. It is started in its own process
+group, because its forked workers ignore a plain SIGTERM: stopping signals the
+whole group, then kills what is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+PID_FILE = "standalone.pid"
+FINISHED = {"success", "failed"}
+USER = "admin"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def environment(home: Path, lakehouse: Path, port: int, parallelism: int = 4) -> dict[str, str]:
+    """Standalone's settings: this repository's DAGs and plugin, no examples, a
+    worker pool sized for a small machine, the API on loopback, the Spark
+    connection on the local master unless one is configured."""
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        **os.environ,
+        "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",
+        "AIRFLOW_HOME": str(home),
+        "LAKEHOUSE_DIR": str(lakehouse),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__PARALLELISM": str(parallelism),
+        "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(parallelism),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
+        "AIRFLOW_CONN_TIDEMARK_SPARK": os.environ.get(
+            "AIRFLOW_CONN_TIDEMARK_SPARK", '{"conn_type": "spark", "host": "local[2]"}'
+        ),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "plugins"), os.environ.get("PYTHONPATH")])),
+    }
+
+
+@dataclass
+class Airflow:
+    """A running standalone and a REST client for it."""
+
+    home: Path
+    port: int
+    process: subprocess.Popen | None = None
+    _token: str | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def password(self) -> str:
+        generated = self.home / "simple_auth_manager_passwords.json.generated"
+        return json.loads(generated.read_text())[USER]
+
+    def request(self, method: str, path: str, body: Any = None, token: str | None = "auto") -> Any:
+        """JSON in and out; ``token="auto"`` logs in once, None sends no token."""
+        headers = {"Content-Type": "application/json"}
+        if token == "auto":
+            token = self.token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = None if body is None else json.dumps(body).encode()
+        call = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        with urllib.request.urlopen(call, timeout=30) as response:
+            payload = response.read()
+        return json.loads(payload) if payload else None
+
+    def token(self) -> str:
+        if self._token is None:
+            credentials = {"username": USER, "password": self.password()}
+            self._token = self.request("POST", "/auth/token", credentials, token=None)["access_token"]
+        return self._token
+
+    def wait_until_healthy(self, timeout: float = 300) -> None:
+        def healthy() -> bool:
+            try:
+                health = self.request("GET", "/api/v2/monitor/health", token=None)
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                return False
+            return health["scheduler"]["status"] == "healthy"
+
+        wait(healthy, timeout, "Airflow's api-server and scheduler")
+
+    def wait_for_dags(self, dag_ids: list[str], timeout: float = 300) -> None:
+        def parsed() -> bool:
+            known = {dag["dag_id"] for dag in self.request("GET", "/api/v2/dags?limit=100")["dags"]}
+            return set(dag_ids) <= known
+
+        wait(parsed, timeout, f"the DAGs {dag_ids} to be parsed")
+
+    def unpause(self, dag_id: str) -> None:
+        self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
+        run = self.request(
+            "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": dict(conf or {})}
+        )
+        return run["dag_run_id"]
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 1200) -> str:
+        wait(lambda: self.run_state(dag_id, run_id) in FINISHED, timeout, f"{dag_id} run {run_id}")
+        return self.run_state(dag_id, run_id)
+
+
+def wait(condition: Any, timeout: float, what: str, every: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)
+
+
+def start(home: Path, lakehouse: Path, port: int | None = None) -> Airflow:
+    home.mkdir(parents=True, exist_ok=True)
+    lakehouse.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    log = (home / "standalone.log").open("ab")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("airflow")), "standalone"],
+        env=environment(home, lakehouse, port),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    (home / PID_FILE).write_text(f"{process.pid} {port}\n")
+    airflow = Airflow(home, port, process)
+    try:
+        airflow.wait_until_healthy()
+    except TimeoutError:
+        stop(home)
+        raise
+    return airflow
+
+
+def stop(home: Path, grace: float = 20) -> bool:
+    """Stop the standalone whose pid file is in ``home``: SIGTERM to its process
+    group, then SIGKILL to whatever of the group is left. False if none ran."""
+    pid_file = home / PID_FILE
+    if not pid_file.exists():
+        return False
+    group = int(pid_file.read_text().split()[0])
+    for sig, pause in ((signal.SIGTERM, grace), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + pause
+        while time.monotonic() < deadline and _group_alive(group):
+            time.sleep(0.5)
+    pid_file.unlink()
+    return True
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tidemark_airflow.standalone")
+    parser.add_argument("command", choices=("start", "stop"))
+    parser.add_argument("--home", type=Path, default=REPO / ".tidemark" / "airflow")
+    parser.add_argument("--lakehouse", type=Path, default=REPO / ".tidemark" / "lakehouse")
+    parser.add_argument("--port", type=int, default=8080)
+    args = parser.parse_args(argv)
+    if args.command == "stop":
+        print("stopped Airflow" if stop(args.home) else "no Airflow was running")
+        return 0
+    airflow = start(args.home, args.lakehouse, args.port)
+    print(f"Airflow is up at {airflow.url} (user {USER}, password {airflow.password()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""``tidemark maintenance``: OPTIMIZE and VACUUM every Delta table of a pipeline
+(and the shared ops tables), and report the streaming checkpoints' sizes.
+
+OPTIMIZE commits carry ``dataChange = false``, so the change-feed readers (silver
+reads bronze, gold reads silver) skip them; conflicts with the running streams'
+MERGEs are retried. VACUUM keeps ``--retain`` of history (7 days by default),
+which must exceed the longest a stream or a time-travel query may lag behind.
+Streaming checkpoints clean themselves (Spark keeps the last 100 batches); this
+job only reports their sizes so growth shows up in the task log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from delta.tables import DeltaTable
+from pyspark.sql import SparkSession
+
+from spark_jobs.config import load_pipeline, parse_duration
+from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error, retry_on_conflict
+from spark_jobs.session import build_session
+from spark_jobs.tables import TableRef, TableRegistry, join
+
+HOUR_MS = 3_600_000
+
+
+def maintain(spark: SparkSession, table: TableRef, retain_hours: float) -> str:
+    if not DeltaTable.isDeltaTable(spark, table.path):
+        return f"{table.sql_name}: not created yet"
+    compacted = retry_on_conflict(
+        lambda: DeltaTable.forPath(spark, table.path).optimize().executeCompaction().first(),
+        f"OPTIMIZE {table.sql_name}",
+    )
+    metrics = compacted.metrics
+    DeltaTable.forPath(spark, table.path).vacuum(retain_hours)
+    return (
+        f"{table.sql_name}: {metrics.numFilesRemoved} files compacted into {metrics.numFilesAdded}; "
+        f"vacuumed (retaining {retain_hours:g} h)"
+    )
+
+
+def folder_bytes(folder: str) -> int:
+    total = 0
+    for parent, _, files in os.walk(folder):
+        total += sum(os.path.getsize(os.path.join(parent, name)) for name in files)
+    return total
+
+
+def checkpoint_report(registry: TableRegistry) -> list[str]:
+    folder = join(registry.root, "_checkpoints", registry.config.name)
+    if "://" in folder or not os.path.isdir(folder):
+        return []
+    return [
+        f"checkpoint {name}: {folder_bytes(os.path.join(folder, name)) / 1e6:.1f} MB"
+        for name in sorted(os.listdir(folder))
+    ]
+
+
+@exit_on_config_error
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tidemark maintenance", description=__doc__.split("\n")[0])
+    parser.add_argument("--pipeline", required=True, help="pipeline YAML file")
+    parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
+    parser.add_argument(
+        "--retain", default="168h", help="history VACUUM keeps (default 168h, Delta's own default)"
+    )
+    args = parser.parse_args(argv)
+    retain_hours = parse_duration(args.retain, "--retain", allow_zero=False) / HOUR_MS
+    config = load_pipeline(args.pipeline)
+    registry = TableRegistry(config, args.lakehouse)
+    spark = build_session(f"tidemark-maintenance-{config.name}")
+    log = RunLog(spark, "maintenance", registry)
+    log.started()
+    lines = [maintain(spark, table, retain_hours) for table in registry.all()]
+    lines += checkpoint_report(registry)
+    for line in lines:
+        print(f"tidemark maintenance: {line}")
+    log.ended("succeeded", RunTotals(batches=1), f"{len(registry.all())} tables maintained")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
