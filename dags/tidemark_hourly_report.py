@@ -32,12 +32,23 @@ def tidemark_hourly_report() -> None:
 
     @task
     def report(data_interval_start: datetime | None = None, params: dict | None = None) -> list[dict]:
-        from tidemark_airflow.lakehouse import gold_rows
+        from tidemark_airflow.lakehouse import as_utc, table_rows
+        from tidemark_airflow.operators import pipeline_file
 
-        rows = gold_rows(params["pipeline"], data_interval_start)
-        for row in rows:
+        from spark_jobs.config import load_pipeline
+        from spark_jobs.tables import TableRegistry
+
+        registry = TableRegistry(load_pipeline(pipeline_file(params["pipeline"])))
+        if registry.gold is None:
+            return []
+        hour = [
+            row
+            for row in table_rows(registry.root, "gold", registry.gold.name)
+            if as_utc(row["grain_start"]) == data_interval_start
+        ]
+        for row in hour:
             print(row)
-        return rows
+        return [{key: str(value) for key, value in row.items()} for row in hour]
 
     hour_complete >> report()
 

@@ -1,0 +1,300 @@
+"""The Tidemark page under a real ``airflow standalone``: registered in the UI's
+navigation, refused without a login, served to a bearer token from
+``POST /auth/token``, to the cookie the UI's login sets, and to a headless
+Chromium that logs in through the UI's form."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+from tidemark_airflow.lakehouse import MAX_WATERMARK, MIN_WATERMARK
+from websockets.sync.client import ClientConnection, connect
+
+from spark_jobs.config import load_pipeline
+from spark_jobs.tables import TableRef, TableRegistry
+from tests.integration.airflow_standalone import Standalone, airflow_standalone, processes_of
+
+pytestmark = pytest.mark.slow
+
+PIPELINES = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines"
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+ARROW_TYPES = {
+    "string": pa.string(),
+    "bigint": pa.int64(),
+    "int": pa.int32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+
+def write(table: TableRef, rows: list[dict[str, Any]]) -> None:
+    """Rows into the table's Delta location with the registry's schema. Written
+    without Spark: the page only reads, and the reader's Spark compatibility is
+    tested in tests/unit/test_lakehouse_reader.py."""
+    schema = pa.schema(
+        pa.field(field.name, ARROW_TYPES[field.dataType.simpleString()], field.nullable)
+        for field in table.schema.fields
+    )
+    filled = [{name: row.get(name) for name in schema.names} for row in rows]
+    write_deltalake(table.path, pa.Table.from_pylist(filled, schema), partition_by=list(table.partition_by))
+
+
+@pytest.fixture(scope="module")
+def lakehouse_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("lakehouse")
+    registry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(root))
+    ops = registry.ops
+    clock = {"pipeline": "telemetry", "is_idle": False, "is_aligned": True, "updated_at": T0}
+    write(
+        ops["watermarks"],
+        [
+            {**clock, "source_partition": "0", "partition_watermark": 1_772_366_390_000, "last_data_at": T0},
+            {**clock, "source_partition": "1", "partition_watermark": MIN_WATERMARK},
+            {**clock, "source_partition": "2", "partition_watermark": 1_772_366_380_000, "is_idle": True},
+        ],
+    )
+    step = {"pipeline": "telemetry", "active_partitions": 2, "idle_partitions": 1}
+    write(
+        ops["watermark_history"],
+        [
+            {**step, "batch_id": b, "watermark": w, "on_time_count": 5, "late_count": 1}
+            | {"processing_time": T0 + timedelta(seconds=10 * b)}
+            for b, w in enumerate([MIN_WATERMARK, 1_772_366_340_000, 1_772_366_385_000])
+        ],
+    )
+    write(
+        ops["runs"],
+        [
+            {
+                "run_id": "merge-1",
+                "job": "merge_late",
+                "pipeline": "telemetry",
+                "status": "succeeded",
+                "rows_in": 4,
+                "rows_out": 3,
+                "started_at": T0,
+                "ended_at": T0 + timedelta(seconds=9),
+                "duration_ms": 9_000,
+            }
+        ],
+    )
+    late = {
+        "device_id": "d1",
+        "event_id": "f:1",
+        "source_offset": 1,
+        "event_time": T0,
+        "ingest_time": T0,
+        "processing_time": T0,
+        "window_start": T0,
+        "window_end": T0,
+        "watermark": MAX_WATERMARK,
+        "lateness_ms": 1,
+        "reason": "window_cleaned",
+        "quarantined_at": T0,
+    }
+    write(
+        registry.quarantine,
+        [
+            {**late, "source_partition": "0", "status": "pending"},
+            {**late, "source_partition": "2", "status": "pending"},
+            {**late, "source_partition": "2", "status": "merged"},
+        ],
+    )
+    return root
+
+
+@pytest.fixture(scope="module")
+def airflow(tmp_path_factory, lakehouse_dir) -> Iterator[Standalone]:
+    home = tmp_path_factory.mktemp("airflow-home")
+    with airflow_standalone(home, lakehouse_dir) as standalone:
+        yield standalone
+    assert standalone.leftovers == [], "processes outlived the standalone's process group"
+    assert processes_of(standalone.home) == []
+
+
+def get(airflow: Standalone, path: str, **kwargs: Any) -> httpx.Response:
+    return httpx.get(airflow.url + path, timeout=60, follow_redirects=False, **kwargs)
+
+
+def bearer(airflow: Standalone) -> dict[str, str]:
+    return {"Authorization": f"Bearer {airflow.token()}"}
+
+
+def partition_rows(page: str) -> dict[str, str]:
+    """Partition -> the text of its row in the telemetry watermark table."""
+    table = re.search(r'<table class="clocks" data-pipeline="telemetry">(.*?)</table>', page, re.S)
+    assert table, page[:2000]
+    rows = re.findall(r'<tr data-partition="([^"]+)">(.*?)</tr>', table.group(1), re.S)
+    return {partition: re.sub(r"<[^>]+>", " ", cells) for partition, cells in rows}
+
+
+def test_the_page_is_in_the_ui_navigation(airflow):
+    plugins = get(airflow, "/api/v2/plugins", headers=bearer(airflow)).json()["plugins"]
+    [tidemark] = [plugin for plugin in plugins if plugin["name"] == "tidemark"]
+    assert [app["url_prefix"] for app in tidemark["fastapi_apps"]] == ["/tidemark"]
+    [view] = tidemark["external_views"]
+    assert view["url_route"] == "tidemark" and view["destination"] == "nav"
+    assert get(airflow, "/" + view["icon"]).headers["content-type"].startswith("image/svg+xml")
+
+
+def test_the_page_is_refused_without_a_login(airflow):
+    for path in ("/tidemark/", "/tidemark/api/pipelines"):
+        anonymous = get(airflow, path)
+        assert anonymous.status_code == 401, path
+        forged = get(airflow, path, headers={"Authorization": "Bearer not-a-jwt"})
+        assert forged.status_code in (401, 403), path
+        stale_cookie = get(airflow, path, cookies={"_token": "not-a-jwt"})
+        assert stale_cookie.status_code in (401, 403), path
+        for refused in (anonymous, forged, stale_cookie):
+            assert "data-partition" not in refused.text and "1772366" not in refused.text
+    browser = get(airflow, "/tidemark/", headers={"Accept": "text/html,application/xhtml+xml"})
+    assert browser.status_code == 303
+    assert browser.headers["location"].startswith("/auth/login")
+    assert "data-partition" not in browser.text
+
+
+def test_a_bearer_token_from_the_api_gets_the_watermark_table(airflow):
+    page = get(airflow, "/tidemark/", headers=bearer(airflow))
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    rows = partition_rows(page.text)
+    assert list(rows) == ["0", "1", "2"]
+    assert "2026-03-01 11:59:50.000" in rows["0"] and "5 s ahead" in rows["0"]
+    assert "\u2212\u221e" in rows["1"]  # never had data: -inf
+    assert "idle" in rows["2"] and "5 s behind" in rows["2"]
+    assert "2 late" in page.text  # pending quarantine rows; the merged one is not counted
+    assert "<svg" in page.text and '<table class="merges">' in page.text
+
+    [telemetry] = [
+        p
+        for p in get(airflow, "/tidemark/api/pipelines", headers=bearer(airflow)).json()
+        if p["pipeline"] == "telemetry"
+    ]
+    assert telemetry["watermark"] == 1_772_366_385_000
+    assert [c["source_partition"] for c in telemetry["partitions"]] == ["0", "1", "2"]
+    assert telemetry["backlog"] == {"late": {"0": 1, "2": 1}}
+    assert [run["run_id"] for run in telemetry["merges"]] == ["merge-1"]
+
+
+def test_the_cookie_set_by_the_ui_login_gets_the_page(airflow):
+    # The UI's login form stores the token from /auth/token in the `_token` cookie.
+    page = get(airflow, "/tidemark/", cookies={"_token": airflow.token()})
+    assert page.status_code == 200
+    assert list(partition_rows(page.text)) == ["0", "1", "2"]
+
+
+class DevTools:
+    """A minimal Chrome DevTools protocol client for one page target."""
+
+    def __init__(self, socket: ClientConnection) -> None:
+        self.socket = socket
+        self.calls = 0
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        self.calls += 1
+        self.socket.send(json.dumps({"id": self.calls, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.socket.recv(timeout=60))
+            if message.get("id") == self.calls:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message["result"]
+
+    def evaluate(self, expression: str) -> Any:
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def wait_for(self, condition: Any, what: str, timeout: float = 90) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = condition() if callable(condition) else self.evaluate(condition)
+            if value:
+                return value
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}; at {self.evaluate('location.href')}")
+
+
+def has_watermark_table(node: dict[str, Any]) -> bool:
+    attributes = node.get("attributes", [])
+    if node.get("nodeName") == "TABLE" and "clocks" in attributes:
+        return True
+    children = [*node.get("children", []), *([node["contentDocument"]] if "contentDocument" in node else [])]
+    return any(has_watermark_table(child) for child in children)
+
+
+@pytest.fixture
+def chromium(tmp_path) -> Iterator[DevTools]:
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        pytest.skip("no chromium (apt-get install chromium)")
+    profile = tmp_path / "chromium-profile"
+    browser = subprocess.Popen(
+        [
+            binary,
+            *("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"),
+            "--window-size=1400,1000",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not port_file.exists() or not port_file.read_text().strip():
+            assert time.monotonic() < deadline and browser.poll() is None, "chromium did not start"
+            time.sleep(0.2)
+        port = port_file.read_text().split()[0]
+        targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=30).json()
+        page = next(target for target in targets if target["type"] == "page")
+        with connect(page["webSocketDebuggerUrl"], max_size=None) as socket:
+            yield DevTools(socket)
+    finally:
+        os.killpg(browser.pid, signal.SIGKILL)
+        browser.wait(timeout=30)
+
+
+def test_a_browser_logs_in_through_the_ui_and_sees_the_page(airflow, chromium, tmp_path):
+    chromium.call("Page.navigate", url=f"{airflow.url}/tidemark/")
+    chromium.wait_for("!!document.querySelector('input[name=username]')", "the login form")
+    for field, value in (("username", airflow.username), ("password", airflow.password)):
+        chromium.evaluate(f"document.querySelector('input[name={field}]').focus()")
+        chromium.call("Input.insertText", text=value)
+    chromium.evaluate("document.querySelector('button[type=submit]').click()")
+    # Back from the login to the page it was asked for, now with the data.
+    chromium.wait_for(
+        "location.pathname === '/tidemark/' && !!document.querySelector('table.clocks')", "the page"
+    )
+    partitions = chromium.evaluate(
+        "[...document.querySelectorAll('table.clocks[data-pipeline=telemetry] tr[data-partition]')]"
+        ".map(row => row.dataset.partition)"
+    )
+    assert partitions == ["0", "1", "2"]
+
+    # The navigation entry: Airflow's UI frames the page.
+    chromium.call("Page.navigate", url=f"{airflow.url}/plugin/tidemark")
+    chromium.call("DOM.enable")
+    framed = chromium.wait_for(
+        lambda: has_watermark_table(chromium.call("DOM.getDocument", depth=-1, pierce=True)["root"]),
+        "the watermark table inside the UI's plugin frame",
+    )
+    screenshot = chromium.call("Page.captureScreenshot")["data"]
+    (tmp_path / "tidemark-in-airflow.png").write_bytes(base64.b64decode(screenshot))
+    assert framed
