@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 JARS_STAMP := $(VENV)/share/tidemark/jars/.resolved
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test test-fast lint format clean bench demo stop
+.PHONY: setup browser test test-fast lint format clean bench demo stop
 
 setup: $(VENV)/.installed $(JARS_STAMP)
 
@@ -31,7 +31,14 @@ format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: setup lint
+# Debian's chromium drives the UI test headless (root installs it; others are told how).
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "need Debian's chromium for the UI test: sudo apt-get install chromium"; exit 1; fi; }
+
+test: setup browser lint
 	$(VENV)/bin/pytest
 
 test-fast: setup

@@ -17,29 +17,30 @@ from pathlib import Path
 from tidemark_airflow.standalone import REPO, USER, Airflow, start, stop
 
 PIPELINE = REPO / "spark_jobs" / "pipelines" / "telemetry.yaml"
-STEPS = (
-    ("tidemark_streaming", {"pipeline": "telemetry", "mode": "available-now"}),
-    ("tidemark_late_merge", {"pipeline": "telemetry"}),
-    ("tidemark_idleness_check", {"pipeline": "telemetry", "stall_after": "1h"}),
-)
+STREAMING = ("tidemark_streaming", {"pipeline": "telemetry", "mode": "available-now"})
+LATE_MERGE = ("tidemark_late_merge", {"pipeline": "telemetry"})
+IDLENESS_CHECK = ("tidemark_idleness_check", {"pipeline": "telemetry", "stall_after": "1h"})
 
 
 def tidemark(*args: str) -> None:
     subprocess.run([str(Path(sys.executable).with_name("tidemark")), *args], check=True)
 
 
-def run_steps(airflow: Airflow) -> bool:
-    dag_ids = [dag_id for dag_id, _ in STEPS]
-    airflow.wait_for_dags(dag_ids)
-    ok = True
-    for dag_id, conf in STEPS:
-        airflow.unpause(dag_id)
-        run_id = airflow.trigger(dag_id, conf)
-        print(f"triggered {dag_id} ({run_id}) ...", flush=True)
-        state = airflow.wait_for_run(dag_id, run_id)
-        print(f"  {dag_id}: {state}")
-        ok = ok and state == "success"
-    return ok
+def run_dag(airflow: Airflow, dag_id: str, conf: dict) -> bool:
+    airflow.unpause(dag_id)
+    run_id = airflow.trigger(dag_id, conf)
+    print(f"triggered {dag_id} ({run_id}) ...", flush=True)
+    state = airflow.wait_for_run(dag_id, run_id)
+    print(f"  {dag_id}: {state}", flush=True)
+    return state == "success"
+
+
+def generate(lakehouse: str, devices: str, seed: str) -> None:
+    tidemark(
+        "generate",
+        *("--pipeline", str(PIPELINE), "--lakehouse", lakehouse, "--devices", devices, "--seed", seed),
+        *("--duration", "2h", "--late-ratio", "0.02", "--malformed-ratio", "0.01"),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,17 +53,20 @@ def main(argv: list[str] | None = None) -> int:
 
     stop(args.home)  # a demo starts from a clean Airflow, keeping the lakehouse
     lakehouse = str(args.lakehouse)
-    tidemark(
-        "generate",
-        *("--pipeline", str(PIPELINE), "--lakehouse", lakehouse, "--devices", args.devices),
-        *("--duration", "2h", "--late-ratio", "0.02", "--malformed-ratio", "0.01"),
-    )
+    generate(lakehouse, args.devices, "0")
     airflow = start(args.home, args.lakehouse, args.port)
     print(f"Airflow is up at {airflow.url}", flush=True)
-    ok = run_steps(airflow)
+    airflow.wait_for_dags([STREAMING[0], LATE_MERGE[0], IDLENESS_CHECK[0]])
+    ok = run_dag(airflow, *STREAMING)
+    # A second fleet uploads the same two hours after they closed in event time:
+    # its records land in the quarantine, and the late merge folds them in.
+    generate(lakehouse, "5", "1")
+    ok = run_dag(airflow, *STREAMING) and ok
+    ok = run_dag(airflow, *LATE_MERGE) and ok
+    ok = run_dag(airflow, *IDLENESS_CHECK) and ok
     print()
     print(f"Airflow UI:   {airflow.url}  (user {USER}, password {airflow.password()})")
-    print("Watermarks:   the 'Tidemark' entry in the UI's navigation")
+    print("Watermarks:   the 'Watermarks' entry in the UI's navigation")
     print(f"Lakehouse:    {lakehouse}")
     print("Stop it with: make stop")
     print()

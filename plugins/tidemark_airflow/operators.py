@@ -72,7 +72,13 @@ class TidemarkJobOperator(SparkSubmitOperator):
     def __init__(
         self, *, job: str, job_args: Sequence[str] | Any, env: Mapping[str, str] | None = None, **kwargs: Any
     ) -> None:
-        interpreter = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        interpreter = {
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            # The connection names the binary (`spark-submit`); pyspark installs it beside
+            # this interpreter, which need not be on the worker's PATH.
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+        }
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
         super().__init__(
             application=job_script(job),
