@@ -2,14 +2,13 @@
 order, with controlled micro-batches (``tidemark replay``): a backfill gives the
 same answer as live processing. Triggered by hand."""
 
-from datetime import datetime
-
 from airflow.sdk import Param, dag, task
 from tidemark_airflow.operators import (
     DEFAULT_ARGS,
     GOLD_ASSET,
     STATUS_ASSET,
     TidemarkJobOperator,
+    dag_settings,
     pipeline_file,
     pipeline_param,
 )
@@ -18,12 +17,6 @@ from tidemark_airflow.operators import (
 @dag(
     dag_id="tidemark_backfill",
     schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    # A replay is not retried blindly: its landing folder and checkpoints are the user's to inspect.
-    default_args={**DEFAULT_ARGS, "retries": 0},
-    tags=["tidemark", "backfill"],
     doc_md=__doc__,
     params={
         "pipeline": pipeline_param(),
@@ -36,6 +29,8 @@ from tidemark_airflow.operators import (
         ),
         "flush": Param(False, type="boolean", description="end the input: the watermark moves to +inf"),
     },
+    # A replay is not retried blindly: its landing folder and checkpoints are the user's to inspect.
+    **dag_settings("backfill", default_args={**DEFAULT_ARGS, "retries": 0}),
 )
 def tidemark_backfill() -> None:
     @task

@@ -6,19 +6,16 @@ gold rows of that hour. Late records still merge in later (tidemark_late_merge).
 from datetime import datetime, timedelta
 
 from airflow.sdk import dag, task
-from tidemark_airflow.operators import DEFAULT_ARGS, pipeline_param
+from tidemark_airflow.operators import dag_settings, pipeline_param
 from tidemark_airflow.sensors import WatermarkSensor
 
 
 @dag(
     dag_id="tidemark_hourly_report",
     schedule="@hourly",
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    default_args=DEFAULT_ARGS,
-    tags=["tidemark", "example"],
     doc_md=__doc__,
     params={"pipeline": pipeline_param()},
+    **dag_settings("example"),
 )
 def tidemark_hourly_report() -> None:
     hour_complete = WatermarkSensor(

@@ -2,14 +2,14 @@
 (due windows fire; the streams then fire due timers), and fail when a stream is
 stalled with a backlog, so it shows red in the UI."""
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import Param, dag
 from tidemark_airflow.operators import (
     DEFAULT_ARGS,
-    MACROS,
     PIPELINE_ARGS,
     TidemarkJobOperator,
+    dag_settings,
     pipeline_param,
 )
 
@@ -17,13 +17,6 @@ from tidemark_airflow.operators import (
 @dag(
     dag_id="tidemark_idleness_check",
     schedule=timedelta(minutes=5),
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    # A stalled stream is the finding, not a transient error: no retries.
-    default_args={**DEFAULT_ARGS, "retries": 0},
-    user_defined_macros=MACROS,
-    tags=["tidemark", "idleness"],
     doc_md=__doc__,
     params={
         "pipeline": pipeline_param(),
@@ -31,6 +24,8 @@ from tidemark_airflow.operators import (
             "5m", type="string", description="a backlog older than this is a stalled stream"
         ),
     },
+    # A stalled stream is the finding, not a transient error: no retries.
+    **dag_settings("idleness", default_args={**DEFAULT_ARGS, "retries": 0}),
 )
 def tidemark_idleness_check() -> None:
     TidemarkJobOperator(

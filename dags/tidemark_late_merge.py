@@ -3,15 +3,15 @@ offline status history of keys with late tracks). Hourly, and from the UI with
 Params: a dry run prints what would change and writes nothing; a time range
 limits the merge to windows starting in ``[from, to)``."""
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import Param, dag, task
 from tidemark_airflow.operators import (
     DEFAULT_ARGS,
     GOLD_ASSET,
-    MACROS,
     STATUS_ASSET,
     TidemarkJobOperator,
+    dag_settings,
     pipeline_file,
     pipeline_param,
 )
@@ -20,12 +20,6 @@ from tidemark_airflow.operators import (
 @dag(
     dag_id="tidemark_late_merge",
     schedule="@hourly",
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args={**DEFAULT_ARGS, "retry_delay": timedelta(minutes=1)},
-    user_defined_macros=MACROS,
-    tags=["tidemark", "merge"],
     doc_md=__doc__,
     params={
         "pipeline": pipeline_param(),
@@ -35,6 +29,7 @@ from tidemark_airflow.operators import (
         ),
         "to": Param(None, type=["null", "string"], description="only windows starting before (ISO-8601)"),
     },
+    **dag_settings("merge", default_args={**DEFAULT_ARGS, "retry_delay": timedelta(minutes=1)}),
 )
 def tidemark_late_merge() -> None:
     @task

@@ -2,14 +2,11 @@
 pipeline and the shared ops tables; the task log lists each streaming
 checkpoint's size."""
 
-from datetime import datetime
-
 from airflow.sdk import Param, dag
 from tidemark_airflow.operators import (
-    DEFAULT_ARGS,
-    MACROS,
     PIPELINE_ARGS,
     TidemarkJobOperator,
+    dag_settings,
     pipeline_param,
 )
 
@@ -17,12 +14,6 @@ from tidemark_airflow.operators import (
 @dag(
     dag_id="tidemark_maintenance",
     schedule="@daily",
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    user_defined_macros=MACROS,
-    tags=["tidemark", "maintenance"],
     doc_md=__doc__,
     params={
         "pipeline": pipeline_param(),
@@ -30,6 +21,7 @@ from tidemark_airflow.operators import (
             "168h", type="string", description="history VACUUM keeps; longer than any stream's lag"
         ),
     },
+    **dag_settings("maintenance"),
 )
 def tidemark_maintenance() -> None:
     TidemarkJobOperator(

@@ -7,17 +7,16 @@
   that is alive but stalled is killed by its watchdog, so the same retries apply.
 """
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import Param, TaskGroup, dag, task
 from tidemark_airflow.operators import (
-    DEFAULT_ARGS,
     GOLD_ASSET,
-    MACROS,
     PIPELINE_ARGS,
     STATUS_ASSET,
     SupervisedStreamOperator,
     TidemarkJobOperator,
+    dag_settings,
     pipeline_param,
 )
 
@@ -27,12 +26,6 @@ STREAMS = ("bronze", "silver", "gold", "offline")
 @dag(
     dag_id="tidemark_streaming",
     schedule=timedelta(minutes=10),
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,
-    default_args=DEFAULT_ARGS,
-    user_defined_macros=MACROS,
-    tags=["tidemark", "streaming"],
     doc_md=__doc__,
     params={
         "pipeline": pipeline_param(),
@@ -41,6 +34,7 @@ STREAMS = ("bronze", "silver", "gold", "offline")
         ),
         "interval": Param("10s", type="string", description="continuous mode: micro-batch interval"),
     },
+    **dag_settings("streaming"),
 )
 def tidemark_streaming() -> None:
     @task.branch

@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +136,18 @@ MACROS = {"pipeline_file": pipeline_file, "checkpoint_of": checkpoint_of}
 PIPELINE_ARGS = ("--pipeline", "{{ pipeline_file(params.pipeline) }}")
 GOLD_ASSET = Asset("tidemark_gold", uri="file:///tidemark/gold")
 STATUS_ASSET = Asset("tidemark_status_events", uri="file:///tidemark/status_events")
+
+
+def dag_settings(*tags: str, **overrides: Any) -> dict[str, Any]:
+    """What every Tidemark DAG declares: no catch-up (streams continue from their
+    checkpoints, not from missed intervals), one run at a time, the owner and
+    retries, the Jinja helpers, and its tags."""
+    settings = {
+        "start_date": datetime(2026, 1, 1),
+        "catchup": False,
+        "max_active_runs": 1,
+        "default_args": DEFAULT_ARGS,
+        "user_defined_macros": MACROS,
+        "tags": ["tidemark", *tags],
+    }
+    return {**settings, **overrides}

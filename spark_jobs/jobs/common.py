@@ -221,6 +221,27 @@ def run_stream(
     return 0
 
 
+def run_writer_stream(
+    spark: SparkSession,
+    context: JobContext,
+    source: Callable[[], DataFrame],
+    writer_type: Callable[[SparkSession, JobContext, RunTotals], BatchWriter],
+) -> int:
+    """Create the pipeline's missing tables, then run ``source`` through a
+    ``foreachBatch`` writer of ``writer_type`` as a logged run."""
+    context.registry.create_missing(spark)
+    totals = RunTotals()
+    writer = writer_type(spark, context, totals)
+    return run_stream(spark, context, lambda: start_stream(source(), context, writer), totals)
+
+
+def nothing_to_do(job: str, registry: TableRegistry, section: str) -> int:
+    """A job whose pipeline section is absent succeeds: one orchestration serves
+    every pipeline, and a missing section is not a failure."""
+    print(f"tidemark {job}: pipeline {registry.config.name!r} has no {section} section; nothing to do")
+    return 0
+
+
 def retry_on_conflict(
     action: Callable[[], Result], what: str, attempts: int = CONFLICT_ATTEMPTS, pause_s: float = 0.5
 ) -> Result:

@@ -23,13 +23,12 @@ from pyspark.sql.types import LongType, StructField, StructType
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
-    RunTotals,
     delta_txn,
     exit_on_config_error,
     job_parser,
+    nothing_to_do,
     retry_on_conflict,
-    run_stream,
-    start_stream,
+    run_writer_stream,
 )
 from spark_jobs.session import build_session
 from spark_jobs.tables import TableRegistry
@@ -125,15 +124,8 @@ def run(spark: SparkSession, context: JobContext) -> int:
     """Run gold in this session (replays share one session)."""
     registry = context.registry
     if registry.gold is None:
-        # Nothing to do is not a failure: one orchestration serves every pipeline.
-        print(f"tidemark gold: pipeline {registry.config.name!r} has no gold section; nothing to do")
-        return 0
-    registry.create_missing(spark)
-    totals = RunTotals()
-    writer = GoldBatchWriter(spark, context, totals)
-    return run_stream(
-        spark, context, lambda: start_stream(read_silver_changes(spark, registry), context, writer), totals
-    )
+        return nothing_to_do("gold", registry, "gold")
+    return run_writer_stream(spark, context, lambda: read_silver_changes(spark, registry), GoldBatchWriter)
 
 
 @exit_on_config_error

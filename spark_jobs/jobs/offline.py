@@ -35,13 +35,12 @@ from spark_jobs.jobs.bronze import idempotent_append
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
-    RunTotals,
     delta_txn,
     exit_on_config_error,
     job_parser,
+    nothing_to_do,
     retry_on_conflict,
-    run_stream,
-    start_stream,
+    run_writer_stream,
 )
 from spark_jobs.session import build_session
 from spark_jobs.tables import TableRef, TableRegistry
@@ -339,14 +338,9 @@ def run(spark: SparkSession, context: JobContext) -> int:
     """Run offline detection in this session (replays share one session)."""
     registry = context.registry
     if registry.config.offline is None:
-        # Nothing to do is not a failure: one orchestration serves every pipeline.
-        print(f"tidemark offline: pipeline {registry.config.name!r} has no offline section; nothing to do")
-        return 0
-    registry.create_missing(spark)
-    totals = RunTotals()
-    writer = OfflineBatchWriter(spark, context, totals)
-    return run_stream(
-        spark, context, lambda: start_stream(read_watermark_steps(spark, registry), context, writer), totals
+        return nothing_to_do("offline", registry, "offline")
+    return run_writer_stream(
+        spark, context, lambda: read_watermark_steps(spark, registry), OfflineBatchWriter
     )
 
 
@@ -356,10 +350,6 @@ def main(argv: list[str] | None = None) -> int:
     context = JobContext.from_args("offline", parser.parse_args(argv))
     spark = build_session(f"tidemark-offline-{context.config.name}")
     return run(spark, context)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 def pending_late_tracks(spark: SparkSession, registry: TableRegistry, in_range: Column) -> DataFrame:
@@ -467,3 +457,7 @@ def sql_literal(value: object) -> str:
     if isinstance(value, int | float):
         return repr(value)
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

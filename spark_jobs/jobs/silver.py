@@ -37,13 +37,11 @@ from spark_jobs.jobs.bronze import idempotent_append
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
-    RunTotals,
     delta_txn,
     exit_on_config_error,
     job_parser,
     retry_on_conflict,
-    run_stream,
-    start_stream,
+    run_writer_stream,
 )
 from spark_jobs.session import build_session
 from spark_jobs.tables import TableRegistry
@@ -497,14 +495,8 @@ def advance_idle(spark: SparkSession, registry: TableRegistry, now: datetime) ->
 
 def run(spark: SparkSession, context: JobContext) -> int:
     """Run silver in this session (replays and benchmarks share one session)."""
-    context.registry.create_missing(spark)
-    totals = RunTotals()
-    writer = SilverBatchWriter(spark, context, totals)
-    return run_stream(
-        spark,
-        context,
-        lambda: start_stream(read_bronze_changes(spark, context.registry), context, writer),
-        totals,
+    return run_writer_stream(
+        spark, context, lambda: read_bronze_changes(spark, context.registry), SilverBatchWriter
     )
 
 
