@@ -22,8 +22,9 @@ LATE_MERGE = ("tidemark_late_merge", {"pipeline": "telemetry"})
 IDLENESS_CHECK = ("tidemark_idleness_check", {"pipeline": "telemetry", "stall_after": "1h"})
 
 
-def tidemark(*args: str) -> None:
-    subprocess.run([str(Path(sys.executable).with_name("tidemark")), *args], check=True)
+def tidemark(*args: str, quiet: bool = False) -> None:
+    output = subprocess.DEVNULL if quiet else None
+    subprocess.run([str(Path(sys.executable).with_name("tidemark")), *args], check=True, stdout=output)
 
 
 def run_dag(airflow: Airflow, dag_id: str, conf: dict) -> bool:
@@ -40,6 +41,7 @@ def generate(lakehouse: str, devices: str, seed: str) -> None:
         "generate",
         *("--pipeline", str(PIPELINE), "--lakehouse", lakehouse, "--devices", devices, "--seed", seed),
         *("--duration", "2h", "--late-ratio", "0.02", "--malformed-ratio", "0.01"),
+        quiet=True,  # the manifest lists every file; the table counts below say enough
     )
 
 

@@ -17,7 +17,9 @@ from spark_jobs.generator import FleetSpec, generate, write_landing
 from spark_jobs.tables import TableRegistry
 from tests.integration.airflow_standalone import airflow_standalone
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Each DAG run is several spark-submits (about 30 s each on 2 idle cores): give a
+# loaded machine room beyond the suite's default 900 s per test.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE = REPO / "spark_jobs" / "pipelines" / "telemetry.yaml"
