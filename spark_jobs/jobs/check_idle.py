@@ -66,7 +66,8 @@ def unread_landing_files(spark: SparkSession, registry: TableRegistry) -> dict[s
         return {}
     read = spark.read.format("delta").load(registry.bronze.path)
     names = read.select(F.regexp_extract("source_file", r"[^/]*$", 0).alias("name")).distinct()
-    return {name: at for name, at in landed.items() if name not in {row.name for row in names.collect()}}
+    ingested = {row.name for row in names.collect()}
+    return {name: at for name, at in landed.items() if name not in ingested}
 
 
 def unjudged_versions(spark: SparkSession, registry: TableRegistry) -> tuple[int, datetime | None]:
