@@ -18,7 +18,7 @@ from spark_jobs.jobs.common import JobContext
 from spark_jobs.submit import submit_env
 from spark_jobs.tables import TableRegistry, join
 from tests.integration.conftest import job_command, registry_for, run_job, write_pipeline
-from tests.integration.engine import engine_document, payload, replay_batches
+from tests.integration.engine import assert_reconciles, engine_document, payload, replay_batches
 from tests.integration.test_offline_detection import OFFLINE, TUMBLING, at, status_events
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -86,6 +86,7 @@ def test_a_stream_that_stops_gets_its_due_windows_and_offline_timers_fired_by_th
     ]
     again = check_idle(pipeline, tmp_path)
     assert again.returncode == 0 and "watermark unchanged" in again.stdout
+    assert_reconciles(spark, registry, [quiet, *bird])
 
 
 def test_a_stalled_stream_with_a_backlog_is_reported_and_its_watermark_left_alone(spark, tmp_path):
@@ -105,6 +106,9 @@ def test_a_stalled_stream_with_a_backlog_is_reported_and_its_watermark_left_alon
 
     # Bronze ran, silver did not: silver is stalled and the check leaves its clock alone.
     run_job("bronze", pipeline, lakehouse)
+    ingested = spark.read.format("delta").load(registry.bronze.path).count()
+    rejected = spark.read.format("delta").load(registry.ops["rejects"].path).count()
+    assert ingested + rejected == len(fleet)
     time.sleep(1.5)
     stalled = check_idle(pipeline, lakehouse, "--stall-after", "1s")
     assert stalled.returncode == STALLED_EXIT

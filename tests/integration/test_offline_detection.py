@@ -83,6 +83,7 @@ def test_birds_table_gives_offline_online_and_after_the_flush_offline_at_any_bat
         ("scooter-1", "offline", at("18:30:32"), MAX_WATERMARK),
     ]
     assert spark.read.format("delta").load(registry.late_tracks.path).count() == 0
+    assert_reconciles(spark, registry, [record for batch in batches for record in batch])
 
 
 def test_a_track_exactly_one_timeout_after_the_last_keeps_the_key_online(spark, root):
@@ -97,6 +98,7 @@ def test_a_track_exactly_one_timeout_after_the_last_keeps_the_key_online(spark, 
     assert [(device, status, ms) for device, status, ms, _ in status_events(spark, registry)] == [
         ("scooter-2", "offline", at("11:30:00"))
     ]
+    assert_reconciles(spark, registry, [record for batch in batches for record in batch])
 
 
 def batch_computation(tracks: list[tuple[str, int]], timeout_ms: int) -> list[tuple]:
