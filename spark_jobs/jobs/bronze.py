@@ -27,7 +27,7 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.session import build_session
 from spark_jobs.sources import read_source
-from spark_jobs.tables import TableRef
+from spark_jobs.tables import TableRef, table_version
 from spark_jobs.transforms.parse import bronze_rows, parse_records, reject_rows
 
 
@@ -51,12 +51,6 @@ def counted(frame: DataFrame, **counts: Column) -> tuple[DataFrame, Observation]
     return frame.observe(observation, *metrics), observation
 
 
-def latest_version(spark: SparkSession, table: TableRef) -> int:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.forPath(spark, table.path).history(1).first()["version"]
-
-
 class BronzeBatchWriter(BatchWriter):
     """One parse pass writes bronze and counts the rejects on the way; a second
     pass, for ops.rejects, runs only when the batch has any."""
@@ -67,11 +61,11 @@ class BronzeBatchWriter(BatchWriter):
         parsed = parse_records(batch, registry.config, now)
         valid = F.col("reason").isNull()
         observed, observation = counted(parsed, valid=valid, rejected=~valid)
-        before = latest_version(self.spark, registry.bronze)
+        before = table_version(self.spark, registry.bronze.path)
         idempotent_append(
             bronze_rows(observed, registry.bronze.schema.fieldNames()), registry.bronze, self.app_id, batch_id
         )
-        if latest_version(self.spark, registry.bronze) > before:
+        if table_version(self.spark, registry.bronze.path) > before:
             counts = observation.get
         else:
             # Delta skipped the write (this batch landed before a crash), so the

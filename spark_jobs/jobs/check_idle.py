@@ -23,7 +23,6 @@ import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -31,7 +30,7 @@ from spark_jobs.config import load_pipeline, parse_duration
 from spark_jobs.jobs import silver
 from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error, folder_argument
 from spark_jobs.session import build_session
-from spark_jobs.tables import TableRegistry
+from spark_jobs.tables import TableRegistry, table_version
 
 STALLED_EXIT = 3
 
@@ -74,7 +73,7 @@ def unjudged_versions(spark: SparkSession, registry: TableRegistry) -> tuple[int
     """(bronze versions with records silver has not judged, the oldest one's commit time)."""
     judged = silver.judged_version(spark, registry)
     first = 0 if judged is None else judged + 1
-    latest = DeltaTable.forPath(spark, registry.bronze.path).history(1).first().version
+    latest = table_version(spark, registry.bronze.path)
     if latest < first:
         return 0, None
     pending = (

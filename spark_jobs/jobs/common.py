@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import signal
 import sys
@@ -148,7 +149,14 @@ def stream_app_id(spark: SparkSession, checkpoint: str) -> str:
     """The streaming query's id, stored in its checkpoint: stable across restarts
     from the same checkpoint, new when the checkpoint is reset (so a reset stream,
     whose batch ids restart at 0, is not mistaken for a replay)."""
-    return spark.read.json(join(checkpoint, "metadata")).first()["id"]
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(join(checkpoint, "metadata"))
+    stream = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(path)
+    try:
+        # A one-line JSON file: reading it with spark.read.json would be a Spark job.
+        return json.loads(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))["id"]
+    finally:
+        stream.close()
 
 
 @dataclass

@@ -45,7 +45,7 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.session import build_session
 from spark_jobs.sql import column_of, null_safe_match
-from spark_jobs.tables import TableRef, TableRegistry
+from spark_jobs.tables import TableRef, TableRegistry, table_version
 from spark_jobs.transforms.offline import detection_watermark, transitions
 from spark_jobs.transforms.windows import is_marker, record_millis
 
@@ -116,7 +116,7 @@ def version_tracks(spark: SparkSession, registry: TableRegistry, starts: dict[in
     version's starting ``watermark``; None when bronze has none of them yet."""
     if not starts:
         return None
-    latest = DeltaTable.forPath(spark, registry.bronze.path).history(1).first().version
+    latest = table_version(spark, registry.bronze.path)
     first, last = min(starts), min(max(starts), latest)
     if first > last:
         return None

@@ -46,7 +46,7 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.session import build_session
 from spark_jobs.sql import column_of, null_safe_match
-from spark_jobs.tables import TableRegistry
+from spark_jobs.tables import TableRegistry, table_version
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
 from spark_jobs.transforms.windows import (
     assign_windows,
@@ -110,8 +110,16 @@ def version_summary(records: DataFrame) -> list[Summary]:
     )
 
 
-def load_tracker(spark: SparkSession, registry: TableRegistry) -> WatermarkTracker:
-    """The pipeline clock as the last committed silver batch left it."""
+@dataclass(frozen=True)
+class SavedClock:
+    """The pipeline clock as the last committed silver batch left it, and the last
+    bronze version that batch judged (None before silver's first batch)."""
+
+    tracker: WatermarkTracker
+    judged_version: int | None
+
+
+def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
     pipeline = registry.config.name
     history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
     latest = history.where(F.col("pipeline") == pipeline).agg(F.max("watermark")).first()[0]
@@ -124,10 +132,12 @@ def load_tracker(spark: SparkSession, registry: TableRegistry) -> WatermarkTrack
         F.unix_millis("last_data_at").alias("last_data_at"),
         "is_idle",
         "is_aligned",
+        "batch_id",
     )
-    for row in saved.collect():
-        tracker.restore(PartitionSnapshot(*row))
-    return tracker
+    rows = saved.collect()
+    for row in rows:
+        tracker.restore(PartitionSnapshot(*row[:-1]))
+    return SavedClock(tracker, max((row.batch_id for row in rows), default=None))
 
 
 def _moment(millis: int | None) -> datetime | None:
@@ -343,7 +353,7 @@ def quarantine_rows(late: DataFrame, registry: TableRegistry, now: datetime) -> 
 def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: int) -> set[str]:
     """Partitions with records already in bronze beyond ``last_version`` (not yet
     read by silver): a slow partition in a backfill is never idle."""
-    latest = DeltaTable.forPath(spark, registry.bronze.path).history(1).first().version
+    latest = table_version(spark, registry.bronze.path)
     if latest <= last_version:
         return set()
     later = (
@@ -370,8 +380,8 @@ class SilverBatchWriter(BatchWriter):
             if not summary:
                 return
             last_version = max(row[0] for row in summary)
-            judged = judged_version(spark, registry)
-            if judged is not None and last_version <= judged:
+            saved = load_clock(spark, registry)
+            if saved.judged_version is not None and last_version <= saved.judged_version:
                 # A replay of a batch whose every write committed (the partition
                 # clocks come last) before Spark logged it. Judged again against the
                 # clocks it already moved, its records would look late and reach
@@ -379,7 +389,7 @@ class SilverBatchWriter(BatchWriter):
                 # first run had late records to write.
                 print(f"tidemark silver: batch {batch_id} was already judged; skipped", file=sys.stderr)
                 return
-            tracker = load_tracker(spark, registry)
+            tracker = saved.tracker
             plan = plan_clocks(tracker, summary, backlog_beyond(spark, registry, last_version))
             clocks = spark.createDataFrame(
                 [(clock.version, clock.watermark_before) for clock in plan],
@@ -454,7 +464,7 @@ def flush(spark: SparkSession, registry: TableRegistry) -> bool:
     """End of input, like a bounded Flink source: the watermark moves to +inf, so
     every window fires and closes. Returns False when it had already ended."""
     registry.create_missing(spark)
-    tracker = load_tracker(spark, registry)
+    tracker = load_clock(spark, registry).tracker
     if tracker.watermark == MAX_WATERMARK:
         return False
     last = last_history_batch(spark, registry)
@@ -484,10 +494,10 @@ def advance_idle(spark: SparkSession, registry: TableRegistry, now: datetime) ->
     the same tracker and firing update as a streaming batch. Recorded as a history
     step on the last judged version. Returns the step, or None if nothing moved
     or the input has ended."""
-    last_version = judged_version(spark, registry)
+    saved = load_clock(spark, registry)
+    last_version, tracker = saved.judged_version, saved.tracker
     if last_version is None:
         return None
-    tracker = load_tracker(spark, registry)
     before = tracker.watermark
     if before == MAX_WATERMARK:  # the input has ended (flushed): there is nothing left to step
         return None

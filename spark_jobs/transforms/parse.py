@@ -153,9 +153,7 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
     if partition is not None and config.source.kind == "files":
         checks.append(("missing_partition", text[partition].isNull(), F.lit(f"{partition} is missing")))
 
-    origin = F.coalesce(
-        F.regexp_extract(F.col("source_file"), r"[^/]*$", 0), F.lit(config.source.topic or "")
-    )
+    origin = F.coalesce(F.substring_index(F.col("source_file"), "/", -1), F.lit(config.source.topic or ""))
     source_partition = F.coalesce(
         F.col("source_partition"), typed[partition].cast("string") if partition else F.lit(None)
     )

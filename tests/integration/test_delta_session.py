@@ -14,6 +14,7 @@ from spark_jobs.tables import (
     create_if_missing,
     discard_unfinished_creation,
     ops_tables,
+    table_version,
 )
 from tests.unit.test_config import PIPELINES
 
@@ -52,6 +53,18 @@ def test_delta_write_merge_read_back_and_time_travel(spark, tmp_path):
     assert now == {"a": 1, "b": 20, "c": 3}
     assert before == {"a": 1, "b": 2}
     assert history == ["WRITE", "MERGE"]
+
+
+def test_table_version_is_the_latest_commit_including_one_made_by_another_process(spark, tmp_path):
+    path = tmp_path / "versions"
+    spark.range(3).write.format("delta").save(str(path))
+    spark.range(3).write.format("delta").mode("append").save(str(path))
+    assert table_version(spark, str(path)) == 1
+    # Another process's commit, unseen by this session's cached log: version 1's
+    # actions again, under the next version.
+    log = path / "_delta_log"
+    (log / "00000000000000000002.json").write_text((log / "00000000000000000001.json").read_text())
+    assert table_version(spark, str(path)) == 2
 
 
 def test_registry_names_every_table_of_the_design_under_its_layer(tmp_path):

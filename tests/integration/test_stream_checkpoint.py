@@ -15,7 +15,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.jobs.common import JobContext, discard_unfinished_first_batch, start_stream
+from spark_jobs.jobs.common import JobContext, discard_unfinished_first_batch, start_stream, stream_app_id
 from spark_jobs.tables import TableRegistry
 from tests.unit.test_config import PIPELINES
 
@@ -100,3 +100,15 @@ def test_only_temporary_files_are_removed_from_a_checkpoint_without_batches(spar
     assert [Path(path).name for path in removed] == [leftovers[0].name]
     assert not any(path.exists() for path in leftovers)
     assert stranger.exists()
+
+
+def test_the_app_id_of_a_stream_is_its_query_id_and_survives_a_restart(spark, tmp_path):
+    source = landed_json(tmp_path / "landing", 3)
+    checkpoint = tmp_path / "checkpoint"
+    context = context_for(checkpoint, tmp_path / "lakehouse")
+    ids = []
+    for _ in range(2):
+        query = start_stream(spark.readStream.schema("n LONG").json(str(source)), context, lambda *_: None)
+        query.awaitTermination()
+        ids.append(str(query.id))
+    assert ids[0] == ids[1] == stream_app_id(spark, str(checkpoint))
