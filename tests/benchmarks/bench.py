@@ -31,7 +31,10 @@ silver's change feed). The figures are the median and p95 of the
 difference over every fired window row.
 
 Every measured path first runs once on a small sample in a throwaway lakehouse,
-so no contender pays the JVM's warm-up (class loading, JIT) for the others.
+so no contender pays the JVM's warm-up (class loading, JIT) for the others. The
+throughput figures are medians over several runs (each contender once per run,
+in a fresh lakehouse): the JIT keeps compiling well past the small sample, and
+the first full-size run of each path is up to twice as slow as the next.
 """
 
 from __future__ import annotations
@@ -143,9 +146,10 @@ def measure(
 
 
 def throughput_benchmark(
-    spark: SparkSession, config: PipelineConfig, events: int, records_per_file: int, work: Path
+    spark: SparkSession, config: PipelineConfig, events: int, records_per_file: int, repeats: int, work: Path
 ) -> dict[str, float]:
-    """Bronze vs a plain copy and silver vs native Spark over ``events`` generated events."""
+    """Bronze vs a plain copy and silver vs native Spark over ``events`` generated
+    events, each the median of ``repeats`` runs in fresh lakehouses."""
     devices = 1_000
     spec = FleetSpec(
         devices=devices,
@@ -157,9 +161,13 @@ def throughput_benchmark(
     records = generate(spec)[:events]
     events = len(records)
     measure(spark, config, records[:WARM_UP_EVENTS], work / "warm-up", records_per_file // 4)
-    seconds = measure(spark, config, records, work / "measured", records_per_file)
+    runs = [
+        measure(spark, config, records, work / f"measured-{run}", records_per_file) for run in range(repeats)
+    ]
+    seconds = {contender: statistics.median(run[contender] for run in runs) for contender in runs[0]}
     return {
         "events": events,
+        "throughput_repeats": repeats,
         "bronze_seconds": round(seconds["bronze"], 2),
         "plain_copy_seconds": round(seconds["plain_copy"], 2),
         "bronze_events_per_s": round(events / seconds["bronze"]),
@@ -472,6 +480,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--records-per-file", type=int, default=20_000)
     parser.add_argument(
+        "--throughput-repeats", type=int, default=3, help="runs of each contender (median reported)"
+    )
+    parser.add_argument(
         "--merge-history-windows",
         type=int,
         default=100_000,
@@ -486,6 +497,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.merge_history_windows < MIN_HISTORY_WINDOWS:
         parser.error(f"--merge-history-windows must be at least {MIN_HISTORY_WINDOWS}")
+    if args.throughput_repeats < 1:
+        parser.error("--throughput-repeats must be at least 1")
     if args.merge_repeats < 1:
         parser.error("--merge-repeats must be at least 1")
 
@@ -496,7 +509,9 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         results: dict[str, float] = {}
         if args.only in (None, "throughput"):
-            results |= throughput_benchmark(spark, config, args.events, args.records_per_file, work)
+            results |= throughput_benchmark(
+                spark, config, args.events, args.records_per_file, args.throughput_repeats, work
+            )
         if args.only in (None, "merge"):
             results |= merge_benchmark(spark, config, args.merge_history_windows, args.merge_repeats, work)
         if args.only in (None, "latency"):
