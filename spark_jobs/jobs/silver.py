@@ -396,34 +396,23 @@ class SilverBatchWriter(BatchWriter):
                 "version long, watermark_before long",
             )
             data = records.where(~F.col("is_marker"))
-            pairs = judge_pairs(
-                assign_windows(data, config.window), clocks, config.allowed_lateness_ms
-            ).persist()
-            try:
-                counts = {
-                    (row.version, row.is_late): row["count"]
-                    for row in pairs.groupBy("version", "is_late").count().collect()
-                }
-                late_total = sum(n for (_, is_late), n in counts.items() if is_late)
-                if late_total:
-                    idempotent_append(
-                        quarantine_rows(pairs.where("is_late"), registry, now),
-                        registry.quarantine,
-                        f"{self.app_id}:quarantine",
-                        batch_id,
-                    )
-                on_time = pairs.where(~F.col("is_late"))
-                merge_windows(
-                    spark,
-                    registry,
-                    window_partials(on_time, config),
-                    plan,
-                    self.app_id,
+            # Not cached: each use re-derives the pairs from the cached records, which
+            # costs less than caching every bronze column once more per pair.
+            pairs = judge_pairs(assign_windows(data, config.window), clocks, config.allowed_lateness_ms)
+            counts = {
+                (row.version, row.is_late): row["count"]
+                for row in pairs.groupBy("version", "is_late").count().collect()
+            }
+            late_total = sum(n for (_, is_late), n in counts.items() if is_late)
+            if late_total:
+                idempotent_append(
+                    quarantine_rows(pairs.where("is_late"), registry, now),
+                    registry.quarantine,
+                    f"{self.app_id}:quarantine",
                     batch_id,
-                    now,
                 )
-            finally:
-                pairs.unpersist()
+            on_time = pairs.where(~F.col("is_late"))
+            merge_windows(spark, registry, window_partials(on_time, config), plan, self.app_id, batch_id, now)
             per_version = {
                 clock.version: (counts.get((clock.version, False), 0), counts.get((clock.version, True), 0))
                 for clock in plan
