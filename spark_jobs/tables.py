@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
@@ -60,6 +61,13 @@ def lakehouse_root(root: str | None = None) -> str:
 
 def join(root: str, *parts: str) -> str:
     return "/".join([root.rstrip("/"), *parts])
+
+
+def hadoop_file(spark: SparkSession, path: str, *parts: str) -> tuple[Any, Any]:
+    """(the Hadoop FileSystem, the Hadoop Path) of ``path`` joined with ``parts``:
+    local folders and object stores alike, through the session's Hadoop settings."""
+    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(join(path, *parts))
+    return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
 
 
 @dataclass(frozen=True)
@@ -385,9 +393,7 @@ def discard_unfinished_creation(spark: SparkSession, path: str) -> bool:
     behind (Delta makes ``_delta_log/_staged_commits`` first): Delta then takes the
     path for a table and fails to load it (DELTA_TABLE_NOT_FOUND), forever. Only a
     log without a single commit or checkpoint file is removed. True if one was."""
-    jvm = spark.sparkContext._jvm
-    log = jvm.org.apache.hadoop.fs.Path(path, "_delta_log")
-    filesystem = log.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    filesystem, log = hadoop_file(spark, path, "_delta_log")
     if not filesystem.exists(log):
         return False
     if any(status.getPath().getName()[:1].isdigit() for status in filesystem.listStatus(log)):

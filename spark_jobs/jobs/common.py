@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline, parse_duration
-from spark_jobs.tables import TableRegistry, join
+from spark_jobs.tables import TableRegistry, hadoop_file, join
 
 TRIGGERS = ("continuous", "available-now")
 CONFLICT_ATTEMPTS = 10
@@ -109,12 +109,11 @@ def discard_unfinished_first_batch(spark: SparkSession, checkpoint: str) -> list
     when no batch was ever logged. Spark would otherwise refuse to start batch 0
     (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY) and the job could never run again.
     Returns the removed paths."""
-    jvm = spark.sparkContext._jvm
-    root = jvm.org.apache.hadoop.fs.Path(checkpoint)
-    filesystem = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    filesystem, _ = hadoop_file(spark, checkpoint)
 
     def entries(folder: str) -> list:
-        path = jvm.org.apache.hadoop.fs.Path(root, folder)
+        _, path = hadoop_file(spark, checkpoint, folder)
         return [status.getPath() for status in filesystem.listStatus(path)] if filesystem.exists(path) else []
 
     if any(path.getName().isdigit() for path in entries("offsets")):
@@ -149,12 +148,12 @@ def stream_app_id(spark: SparkSession, checkpoint: str) -> str:
     """The streaming query's id, stored in its checkpoint: stable across restarts
     from the same checkpoint, new when the checkpoint is reset (so a reset stream,
     whose batch ids restart at 0, is not mistaken for a replay)."""
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(join(checkpoint, "metadata"))
-    stream = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(path)
+    filesystem, path = hadoop_file(spark, checkpoint, "metadata")
+    stream = filesystem.open(path)
     try:
         # A one-line JSON file: reading it with spark.read.json would be a Spark job.
-        return json.loads(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))["id"]
+        text = spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        return json.loads(text)["id"]
     finally:
         stream.close()
 

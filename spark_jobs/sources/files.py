@@ -15,13 +15,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig
+from spark_jobs.tables import hadoop_file
 
 
 def ensure_folder(spark: SparkSession, path: str) -> None:
     """Create ``path`` on whatever filesystem it names (the file source needs it to exist)."""
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).mkdirs(hadoop_path)
+    filesystem, hadoop_path = hadoop_file(spark, path)
+    filesystem.mkdirs(hadoop_path)
 
 
 def split_lines(files: DataFrame, has_header: bool) -> DataFrame:
