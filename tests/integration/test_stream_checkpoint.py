@@ -106,9 +106,14 @@ def test_the_app_id_of_a_stream_is_its_query_id_and_survives_a_restart(spark, tm
     source = landed_json(tmp_path / "landing", 3)
     checkpoint = tmp_path / "checkpoint"
     context = context_for(checkpoint, tmp_path / "lakehouse")
-    ids = []
+    ids, seen = [], []
+
+    def count_rows(frame, batch_id: int) -> None:
+        seen.append(frame.count())
+
     for _ in range(2):
-        query = start_stream(spark.readStream.schema("n LONG").json(str(source)), context, lambda *_: None)
+        query = start_stream(spark.readStream.schema("n LONG").json(str(source)), context, count_rows)
         query.awaitTermination()
         ids.append(str(query.id))
     assert ids[0] == ids[1] == stream_app_id(spark, str(checkpoint))
+    assert sum(seen) == 3  # the restart resumed: nothing read twice
