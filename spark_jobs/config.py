@@ -156,6 +156,7 @@ class SourceConfig:
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int | None = None
     max_files_per_trigger: int | None = None
+    partitions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,15 @@ def parse_pipeline(document: Any, source_file: str | None = None) -> PipelineCon
             "required for a files source (the column naming each record's source partition)",
         )
 
+    if partition_column is not None and schema[partition_column] in ("int", "long"):
+        for partition in source.partitions:
+            if not re.fullmatch(r"-?[0-9]+", partition):
+                raise ConfigError(
+                    "source.partitions",
+                    f"{partition!r} can never be a value of the {schema[partition_column]} "
+                    f"partition column {partition_column!r}",
+                )
+
     key = _columns(_required(top, "key", ""), schema, "key")
     watermark = _watermark(_required(top, "watermark", ""), schema)
     window = _window(_required(top, "window", ""))
@@ -392,6 +402,7 @@ def _source(value: Any) -> SourceConfig:
         "starting_offsets",
         "max_offsets_per_trigger",
         "max_files_per_trigger",
+        "partitions",
     }
     _reject_unknown(section, known, "source.")
     kind = _one_of(_required(section, "kind", "source."), SOURCE_KINDS, "source.kind")
@@ -404,7 +415,10 @@ def _source(value: Any) -> SourceConfig:
         if not isinstance(path, str) or not path.strip():
             raise ConfigError("source.path", "expected a folder path")
         file_format = _one_of(section.get("format", "json"), FILE_FORMATS, "source.format")
-        return SourceConfig(kind=kind, path=path, format=file_format, **limits)
+        partitions = _declared_partitions(section.get("partitions"))
+        return SourceConfig(kind=kind, path=path, format=file_format, partitions=partitions, **limits)
+    if section.get("partitions") is not None:
+        raise ConfigError("source.partitions", "a Kafka source reports its topic's partitions itself")
     servers = _required(section, "bootstrap_servers", "source.")
     topic = _required(section, "topic", "source.")
     if not isinstance(servers, str) or not servers.strip():
@@ -417,6 +431,25 @@ def _source(value: Any) -> SourceConfig:
     return SourceConfig(
         kind=kind, bootstrap_servers=servers, topic=topic, starting_offsets=offsets, format="json", **limits
     )
+
+
+def _declared_partitions(value: Any) -> tuple[str, ...]:
+    """``source.partitions``: a count (partitions ``0`` to ``n - 1``) or a list of
+    values, as the partition column holds them."""
+    if value is None:
+        return ()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return tuple(str(index) for index in range(_positive_int(value, "source.partitions")))
+    if not isinstance(value, list) or not value:
+        raise ConfigError(
+            "source.partitions", f"expected a count or a non-empty list of values; got {value!r}"
+        )
+    if any(isinstance(item, bool) or not isinstance(item, str | int) for item in value):
+        raise ConfigError("source.partitions", f"values must be strings or integers; got {value!r}")
+    names = tuple(str(item) for item in value)
+    if len(set(names)) != len(names):
+        raise ConfigError("source.partitions", f"lists a partition twice: {value!r}")
+    return names
 
 
 def _event_time(value: Any, schema: Mapping[str, str]) -> EventTimeConfig:

@@ -149,18 +149,34 @@ class KafkaBroker:
             self.process.wait()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Run a KRaft Kafka broker on loopback in the foreground.")
     parser.add_argument("--port", type=int, default=9092)
     parser.add_argument("--dir", default="lakehouse/_kafka")
     args = parser.parse_args()
-    broker = KafkaBroker(args.dir, args.port).start()
-    print(
-        f"Kafka broker ready on {broker.bootstrap_servers} (data in {args.dir}); Ctrl-C stops it", flush=True
-    )
+    # The JVM runs in a session of its own, so a service manager's SIGTERM (or a closed
+    # terminal's SIGHUP) reaches only this process: treat them like Ctrl-C and stop the
+    # broker, instead of exiting and leaving the JVM orphaned.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
+    broker = KafkaBroker(args.dir, args.port)
     try:
+        broker.start()
+        print(
+            f"Kafka broker ready on {broker.bootstrap_servers} (data in {args.dir}); Ctrl-C stops it",
+            flush=True,
+        )
         broker.process.wait()
     except KeyboardInterrupt:
+        pass
+    finally:
+        # A second signal must not cut the stop short and orphan the JVM after all.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
         broker.stop()
 
 

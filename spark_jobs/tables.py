@@ -70,6 +70,16 @@ def hadoop_file(spark: SparkSession, path: str, *parts: str) -> tuple[Any, Any]:
     return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
 
 
+def read_text(spark: SparkSession, path: str, *parts: str) -> str:
+    """A small file's text through Hadoop's FileSystem (``spark.read`` would be a job)."""
+    filesystem, hadoop_path = hadoop_file(spark, path, *parts)
+    stream = filesystem.open(hadoop_path)
+    try:
+        return spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
 @dataclass(frozen=True)
 class TableRef:
     layer: str
@@ -386,6 +396,38 @@ def table_version(spark: SparkSession, path: str) -> int:
     jvm = spark.sparkContext._jvm
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).version()
+
+
+@dataclass(frozen=True)
+class Commit:
+    version: int
+    timestamp_ms: int
+    user_metadata: str | None
+
+
+def commits(spark: SparkSession, path: str, start: int, end: int) -> list[Commit]:
+    """The commit infos of versions ``start`` to ``end`` of a Delta table, read from
+    its log on the driver: a few milliseconds a commit, no Spark job."""
+    jvm = spark.sparkContext._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    found = []
+    changes = log.getChanges(max(start, 0), end, jvm.scala.Option.empty(), False)
+    while changes.hasNext():
+        version_actions = changes.next()
+        actions = version_actions._2()
+        for index in range(actions.size()):
+            action = actions.apply(index)
+            if action.getClass().getSimpleName() == "CommitInfo":
+                metadata = action.userMetadata()
+                found.append(
+                    Commit(
+                        version_actions._1(),
+                        action.timestamp().getTime(),
+                        metadata.get() if metadata.isDefined() else None,
+                    )
+                )
+                break
+    return found
 
 
 def discard_unfinished_creation(spark: SparkSession, path: str) -> bool:

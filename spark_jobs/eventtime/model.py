@@ -52,11 +52,14 @@ class Record:
 @dataclass(frozen=True)
 class Batch:
     """One micro-batch. ``backlog`` names partitions that still have unread input
-    after it: they are never idle, and are known before their first record."""
+    after it: they are never idle, and are known before their first record.
+    ``partitions`` names the partitions the source reported with the batch (a
+    Kafka topic's, including silent ones): declared before the batch is judged."""
 
     records: Sequence[Record]
     processing_time: int = 0
     backlog: frozenset = frozenset()
+    partitions: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -181,7 +184,7 @@ class ReferencePipeline:
     def __init__(self, rules: Rules, start_time: int = 0) -> None:
         self.rules = rules
         self.tracker = WatermarkTracker(rules.watermark)
-        self.tracker.valve.declare(rules.partitions, now=start_time)
+        self.tracker.declare(rules.partitions, start_time)
         self.states: dict[tuple[tuple, Window], _WindowState] = {}
         self.firings: list[Firing] = []
         self.quarantined: list[QuarantinedPair] = []
@@ -196,6 +199,7 @@ class ReferencePipeline:
 
     def process(self, batch: Batch) -> BatchWatermark:
         index = len(self.history)
+        self.tracker.declare(sorted(batch.partitions, key=str), batch.processing_time)
         on_time, late = self._judge(index, batch.records, self.tracker.watermark)
         state = self.tracker.advance(batch.processing_time, summarize(batch.records), batch.backlog)
         return self._advance(

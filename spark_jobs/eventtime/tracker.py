@@ -55,6 +55,11 @@ class WatermarkTracker:
             snapshot.watermark, snapshot.last_data_at, snapshot.is_idle, snapshot.is_aligned
         )
 
+    def declare(self, partitions: Iterable[Hashable], now: int) -> None:
+        """Partitions the source reports before their first record: each holds the
+        watermark at -inf until it sends data or goes idle (its idleness counts from ``now``)."""
+        self.valve.declare(partitions, now)
+
     def advance(
         self, now: int, inputs: Mapping[Hashable, PartitionInput], backlog: Iterable[Hashable] = ()
     ) -> ValveState:

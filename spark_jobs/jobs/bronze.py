@@ -14,6 +14,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs.config import ConfigError, PipelineConfig
 from spark_jobs.jobs.common import (
@@ -27,18 +28,20 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.session import build_session
 from spark_jobs.sources import read_source
+from spark_jobs.sources.kafka import KafkaLatestOffsets, kafka_progress
+from spark_jobs.sources.progress import SourceProgress
 from spark_jobs.tables import TableRef, table_version
 from spark_jobs.transforms.parse import bronze_rows, parse_records, reject_rows
 
 
-def idempotent_append(frame: DataFrame, table: TableRef, app_id: str, batch_id: int) -> None:
-    (
-        frame.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", batch_id)
-        .save(table.path)
-    )
+def idempotent_append(
+    frame: DataFrame, table: TableRef, app_id: str, batch_id: int, user_metadata: str | None = None
+) -> None:
+    writer = frame.write.format("delta").mode("append")
+    writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
+    if user_metadata is not None:
+        writer = writer.option("userMetadata", user_metadata)
+    writer.save(table.path)
 
 
 def counted(frame: DataFrame, **counts: Column) -> tuple[DataFrame, Observation]:
@@ -53,17 +56,41 @@ def counted(frame: DataFrame, **counts: Column) -> tuple[DataFrame, Observation]
 
 class BronzeBatchWriter(BatchWriter):
     """One parse pass writes bronze and counts the rejects on the way; a second
-    pass, for ops.rejects, runs only when the batch has any."""
+    pass, for ops.rejects, runs only when the batch has any. The bronze commit
+    carries what the source reported for the batch (its partitions and offsets)."""
+
+    def __init__(self, spark: SparkSession, context: JobContext, totals: RunTotals) -> None:
+        super().__init__(spark, context, totals)
+        source = context.config.source
+        self.latest_offsets = (
+            KafkaLatestOffsets(source.bootstrap_servers, source.topic) if source.kind == "kafka" else None
+        )
+
+    def source_report(self, batch_id: int) -> SourceProgress:
+        if self.context.reported_progress is not None:
+            return self.context.reported_progress(self.totals.batches)
+        if self.latest_offsets is not None:
+            return kafka_progress(self.spark, self.context.checkpoint, batch_id, self.latest_offsets)
+        return SourceProgress.declared(self.context.config.source.partitions)
+
+    def close(self) -> None:
+        if self.latest_offsets is not None:
+            self.latest_offsets.close()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         registry = self.context.registry
         now = datetime.now(UTC)
+        report = self.source_report(batch_id)
         parsed = parse_records(batch, registry.config, now)
         valid = F.col("reason").isNull()
         observed, observation = counted(parsed, valid=valid, rejected=~valid)
         before = table_version(self.spark, registry.bronze.path)
         idempotent_append(
-            bronze_rows(observed, registry.bronze.schema.fieldNames()), registry.bronze, self.app_id, batch_id
+            bronze_rows(observed, registry.bronze.schema.fieldNames()),
+            registry.bronze,
+            self.app_id,
+            batch_id,
+            report.to_metadata() if report.partitions else None,
         )
         if table_version(self.spark, registry.bronze.path) > before:
             counts = observation.get
@@ -111,9 +138,14 @@ def run(spark: SparkSession, context: JobContext) -> int:
     context.registry.create_missing(spark)
     totals = RunTotals()
     writer = BronzeBatchWriter(spark, context, totals)
-    return run_stream(
-        spark, context, lambda: start_stream(read_source(spark, context.registry), context, writer), totals
-    )
+
+    def query() -> StreamingQuery:
+        return start_stream(read_source(spark, context.registry), context, writer)
+
+    try:
+        return run_stream(spark, context, query, totals)
+    finally:
+        writer.close()
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@
 3. Reports a stalled stream, one whose backlog is older than ``--stall-after``,
    and exits 3 so the orchestrator's task fails and someone looks.
 
-Kafka lag is not inspected (silver reads bronze, not Kafka): a stalled Kafka
-bronze shows up as partitions going idle instead.
+Kafka lag is backlog: the topic's latest offsets, asked of the brokers now,
+against the end offsets bronze's last batch reported. A lagging partition is
+never made idle, and a lag whose bronze has not committed for ``--stall-after``
+is a stalled bronze (the Airflow page reports it by the same rule).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from spark_jobs.config import load_pipeline, parse_duration
 from spark_jobs.jobs import silver
 from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error, folder_argument
 from spark_jobs.session import build_session
+from spark_jobs.sources import latest_source_report
+from spark_jobs.sources.kafka import KafkaLatestOffsets
+from spark_jobs.sources.progress import kafka_lag, lag_stall
 from spark_jobs.tables import TableRegistry, table_version
 
 STALLED_EXIT = 3
@@ -41,6 +46,7 @@ class Health:
     oldest_unread_file: datetime | None = None
     unjudged_versions: int = 0
     oldest_unjudged_version: datetime | None = None
+    kafka_lag: dict[str, int] = field(default_factory=dict)
     stalled: list[str] = field(default_factory=list)
 
 
@@ -89,8 +95,30 @@ def unjudged_versions(spark: SparkSession, registry: TableRegistry) -> tuple[int
     return pending[0], None if oldest is None else oldest.replace(tzinfo=UTC)
 
 
+def kafka_lag_now(spark: SparkSession, registry: TableRegistry) -> tuple[dict[str, int], datetime | None]:
+    """(Kafka lag per partition, when bronze's last batch committed); no lag is known
+    before bronze's first batch, nor for a files source."""
+    source = registry.config.source
+    if source.kind != "kafka":
+        return {}, None
+    last = latest_source_report(spark, registry)
+    if last is None:
+        return {}, None
+    commit, report = last
+    latest = KafkaLatestOffsets(source.bootstrap_servers, source.topic)
+    try:
+        lag = kafka_lag(report, latest())
+    finally:
+        latest.close()
+    return lag, datetime.fromtimestamp(commit.timestamp_ms / 1000, UTC)
+
+
 def inspect(spark: SparkSession, registry: TableRegistry, now: datetime, stall_after_ms: int) -> Health:
     health = Health()
+    health.kafka_lag, last_bronze_batch = kafka_lag_now(spark, registry)
+    if last_bronze_batch is not None:
+        stalled = lag_stall(health.kafka_lag, last_bronze_batch, now, stall_after_ms)
+        health.stalled += [stalled] if stalled else []
     unread = unread_landing_files(spark, registry)
     health.unread_files = len(unread)
     health.oldest_unread_file = min(unread.values(), default=None)
@@ -139,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     log.started()
     now = datetime.now(UTC)
     health = inspect(spark, registry, now, stall_after_ms)
-    step = None if health.unjudged_versions else silver.advance_idle(spark, registry, now)
+    step = (
+        None
+        if health.unjudged_versions
+        else silver.advance_idle(spark, registry, now, backlog=health.kafka_lag)
+    )
     if step is None:
         moved = "watermark unchanged" if not health.unjudged_versions else "silver busy: watermark left to it"
     else:
@@ -147,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
             f"watermark {step.watermark_before} -> {step.watermark_after} "
             f"({step.active_partitions} active, {step.idle_partitions} idle partitions)"
         )
-    message = "; ".join([moved, *health.stalled])
+    lag = ", ".join(f"{partition}: {records}" for partition, records in sorted(health.kafka_lag.items()))
+    backlog = [f"Kafka lag {lag} (backlog: never idle)"] if lag else []
+    message = "; ".join([moved, *backlog, *health.stalled])
     print(f"tidemark check-idle {config.name}: {message}")
     log.ended("failed" if health.stalled else "succeeded", RunTotals(batches=int(step is not None)), message)
     if health.stalled:

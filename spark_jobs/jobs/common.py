@@ -30,7 +30,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline, parse_duration
-from spark_jobs.tables import TableRegistry, hadoop_file, join
+from spark_jobs.sources.progress import SourceProgress
+from spark_jobs.tables import TableRegistry, hadoop_file, join, read_text
 
 TRIGGERS = ("continuous", "available-now")
 CONFLICT_ATTEMPTS = 10
@@ -77,6 +78,9 @@ class JobContext:
     trigger: str
     interval_ms: int
     checkpoint: str
+    # What the source reports with the run's n-th micro-batch, where the caller
+    # knows it better than the source reader (a replay's bounded input).
+    reported_progress: Callable[[int], SourceProgress] | None = None
 
     @classmethod
     def from_args(cls, job: str, args: argparse.Namespace) -> JobContext:
@@ -148,14 +152,7 @@ def stream_app_id(spark: SparkSession, checkpoint: str) -> str:
     """The streaming query's id, stored in its checkpoint: stable across restarts
     from the same checkpoint, new when the checkpoint is reset (so a reset stream,
     whose batch ids restart at 0, is not mistaken for a replay)."""
-    filesystem, path = hadoop_file(spark, checkpoint, "metadata")
-    stream = filesystem.open(path)
-    try:
-        # A one-line JSON file: reading it with spark.read.json would be a Spark job.
-        text = spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-        return json.loads(text)["id"]
-    finally:
-        stream.close()
+    return json.loads(read_text(spark, checkpoint, "metadata"))["id"]
 
 
 @dataclass

@@ -20,8 +20,10 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import itertools
 import json
 import sys
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +35,7 @@ from spark_jobs.generator import land_files
 from spark_jobs.jobs import bronze, gold, offline, silver
 from spark_jobs.jobs.common import JobContext, exit_on_config_error, folder_argument
 from spark_jobs.session import build_session
+from spark_jobs.sources.progress import PartitionOffsets, SourceProgress, partition_order
 from spark_jobs.tables import TableRegistry, join
 
 
@@ -141,13 +144,47 @@ def replay(
     batch_size: int | None = None,
     batch_column: str | None = None,
     flush: bool = False,
+    silver_every_batch: bool = False,
 ) -> int:
     """Land the input, then run bronze, silver, gold and offline detection
     (available-now) in ``spark``."""
     require_partitions(config)
-    return replay_batches(
-        spark, config, cut_batches(config, input_path, batch_size, batch_column), root, flush
-    )
+    batches = cut_batches(config, input_path, batch_size, batch_column)
+    return replay_batches(spark, config, batches, root, flush, silver_every_batch)
+
+
+def bounded_reports(config: PipelineConfig, batches: Sequence[list[str]]) -> list[SourceProgress]:
+    """What a replay's source reports with each batch. Its input is bounded and known
+    up front, like a Kafka topic that already holds every record: every partition of
+    the input (and of ``source.partitions``), how many of its records bronze has
+    consumed through the batch (``end``) and how many the input holds (``latest``)."""
+    header = batches[0][0] if batches and config.source.format == "csv" else None
+    records = [batch[1:] if header is not None else batch for batch in batches]
+    try:
+        partitions = column_values(
+            [record for batch in records for record in batch],
+            config.partition_column,
+            config.source.format,
+            header,
+        )
+    except ConfigError:  # no record names a partition: bronze rejects them all
+        partitions = [None] * sum(len(batch) for batch in records)
+    totals = Counter(str(partition) for partition in partitions if partition is not None)
+    consumed: Counter[str] = Counter()
+    reports = []
+    cursor = iter(partitions)
+    for batch in records:
+        consumed.update(str(p) for p in itertools.islice(cursor, len(batch)) if p is not None)
+        known = sorted({*config.source.partitions, *totals}, key=partition_order)
+        reports.append(
+            SourceProgress(
+                {
+                    p: PartitionOffsets(consumed[p], totals[p]) if p in totals else PartitionOffsets()
+                    for p in known
+                }
+            )
+        )
+    return reports
 
 
 def replay_batches(
@@ -156,21 +193,33 @@ def replay_batches(
     batches: Iterable[list[str]],
     root: str | None = None,
     flush: bool = False,
+    silver_every_batch: bool = False,
 ) -> int:
-    """:func:`replay` of batches already cut by :func:`cut_batches`."""
+    """:func:`replay` of batches already cut by :func:`cut_batches`.
+
+    By default bronze takes every batch before silver starts. ``silver_every_batch``
+    runs silver after each bronze batch instead, as a live stream that keeps up
+    does: silver then learns of the input still to come only from what the source
+    reports (its lag), never from bronze."""
+    batches = list(batches)
+    reports = bounded_reports(config, batches)
     registry = TableRegistry(config, root)
     landing = join(registry.root, "_replay", config.name)
     replayed = TableRegistry(replay_config(config, landing), registry.root)
-    land_files(batches, landing, config.source.format, prefix="replay")
     checkpoints = join(registry.root, "_checkpoints", config.name)
-    for job, module, checkpoint in (
-        ("bronze", bronze, join(checkpoints, "replay-bronze")),
-        ("silver", silver, join(checkpoints, "silver")),
-    ):
-        context = JobContext(job, replayed.config, replayed, "available-now", 1_000, checkpoint)
-        code = module.run(spark, context)
-        if code != 0:
-            return code
+    steps = [range(i, i + 1) for i in range(len(batches))] if silver_every_batch else [range(len(batches))]
+    for step in steps:
+        land_files([batches[i] for i in step], landing, config.source.format, prefix="replay")
+        for job, module, checkpoint in (
+            ("bronze", bronze, join(checkpoints, "replay-bronze")),
+            ("silver", silver, join(checkpoints, "silver")),
+        ):
+            context = JobContext(job, replayed.config, replayed, "available-now", 1_000, checkpoint)
+            if job == "bronze":
+                context.reported_progress = lambda index, first=step.start: reports[first + index]
+            code = module.run(spark, context)
+            if code != 0:
+                return code
     if flush:
         silver.flush(spark, registry)
     downstream = [("gold", gold)] if registry.gold is not None else []

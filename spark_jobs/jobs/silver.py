@@ -23,7 +23,7 @@ Per silver trigger:
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -45,6 +45,8 @@ from spark_jobs.jobs.common import (
     run_writer_stream,
 )
 from spark_jobs.session import build_session
+from spark_jobs.sources import source_reports
+from spark_jobs.sources.progress import SourceProgress, known_partitions, lagging_partitions, partition_order
 from spark_jobs.sql import column_of, null_safe_match
 from spark_jobs.tables import TableRegistry, table_version
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
@@ -148,10 +150,16 @@ def plan_clocks(
     tracker: WatermarkTracker,
     summary: Sequence[Summary],
     later_backlog: set[str],
+    reports: Mapping[int, SourceProgress] | None = None,
 ) -> list[VersionClock]:
-    """Advance ``tracker`` through the versions of ``summary`` in order. A partition
-    that still has records in a later version (of this trigger, or already in
-    bronze beyond it) has a backlog and is never idle."""
+    """Advance ``tracker`` through the versions of ``summary`` in order.
+
+    Before each version is judged, every partition the source has reported up to
+    it is declared (a silent one holds the watermark at -inf). A partition has a
+    backlog, and is never idle, while it still has records in a later version (of
+    this trigger, or already in bronze beyond it) or the source reported unread
+    input for it (Kafka lag) at this version or a later one."""
+    reports = reports or {}
     versions = sorted({row[0] for row in summary})
     by_version: dict[int, dict[str, PartitionInput]] = {v: {} for v in versions}
     processing: dict[int, int] = {}
@@ -160,7 +168,11 @@ def plan_clocks(
         processing[version] = max(processing.get(version, processing_ms), processing_ms)
     plan = []
     for index, version in enumerate(versions):
-        backlog = set(later_backlog)
+        known = known_partitions(report for at, report in reports.items() if at <= version)
+        tracker.declare(sorted(known, key=partition_order), processing[version])
+        backlog = set(later_backlog) | lagging_partitions(
+            report for at, report in reports.items() if at >= version
+        )
         for later in versions[index + 1 :]:
             backlog.update(by_version[later])
         before = tracker.watermark
@@ -350,10 +362,9 @@ def quarantine_rows(late: DataFrame, registry: TableRegistry, now: datetime) -> 
     )
 
 
-def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: int) -> set[str]:
+def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: int, latest: int) -> set[str]:
     """Partitions with records already in bronze beyond ``last_version`` (not yet
     read by silver): a slow partition in a backfill is never idle."""
-    latest = table_version(spark, registry.bronze.path)
     if latest <= last_version:
         return set()
     later = (
@@ -390,7 +401,13 @@ class SilverBatchWriter(BatchWriter):
                 print(f"tidemark silver: batch {batch_id} was already judged; skipped", file=sys.stderr)
                 return
             tracker = saved.tracker
-            plan = plan_clocks(tracker, summary, backlog_beyond(spark, registry, last_version))
+            latest = table_version(spark, registry.bronze.path)
+            plan = plan_clocks(
+                tracker,
+                summary,
+                backlog_beyond(spark, registry, last_version, latest),
+                source_reports(spark, registry, summary[0][0], latest),
+            )
             clocks = spark.createDataFrame(
                 [(clock.version, clock.watermark_before) for clock in plan],
                 "version long, watermark_before long",
@@ -476,9 +493,12 @@ def judged_version(spark: SparkSession, registry: TableRegistry) -> int | None:
     return clocks.where(F.col("pipeline") == registry.config.name).agg(F.max("batch_id")).first()[0]
 
 
-def advance_idle(spark: SparkSession, registry: TableRegistry, now: datetime) -> VersionClock | None:
+def advance_idle(
+    spark: SparkSession, registry: TableRegistry, now: datetime, backlog: Iterable[str] = ()
+) -> VersionClock | None:
     """A watermark step without records, for when silver is quiet (no bronze
     version left to judge): partitions quiet for the idleness timeout become idle,
+    unless they are in ``backlog`` (unread input at the source, such as Kafka lag),
     the watermark moves as the valve says, and the windows it passed fire, through
     the same tracker and firing update as a streaming batch. Recorded as a history
     step on the last judged version. Returns the step, or None if nothing moved
@@ -492,7 +512,7 @@ def advance_idle(spark: SparkSession, registry: TableRegistry, now: datetime) ->
         return None
     idle_before = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
     now_ms = round(now.timestamp() * 1000)
-    state = tracker.advance(now_ms, {})
+    state = tracker.advance(now_ms, {}, backlog)
     idle_after = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
     if state.watermark == before and idle_after == idle_before:
         return None

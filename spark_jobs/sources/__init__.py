@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.tables import TableRegistry
+from spark_jobs.sources.progress import SourceProgress
+from spark_jobs.tables import Commit, TableRegistry, commits, table_version
+
+# How far back from bronze's latest version to look for its last source report
+# (past a few OPTIMIZE or maintenance commits).
+REPORT_LOOKBACK = 20
 
 
 def read_source(spark: SparkSession, registry: TableRegistry) -> DataFrame:
@@ -17,3 +22,33 @@ def read_source(spark: SparkSession, registry: TableRegistry) -> DataFrame:
     from spark_jobs.sources.files import read_landing
 
     return read_landing(spark, config, registry.landing_path)
+
+
+def source_reports(
+    spark: SparkSession, registry: TableRegistry, first: int, latest: int
+) -> dict[int, SourceProgress]:
+    """What the source reported with each bronze version from ``first`` to ``latest``,
+    read from the bronze commits themselves (a few milliseconds a version)."""
+    return {commit.version: report for commit, report in _reports(spark, registry, first, latest)}
+
+
+def latest_source_report(
+    spark: SparkSession, registry: TableRegistry
+) -> tuple[Commit, SourceProgress] | None:
+    """Bronze's last batch's source report and its commit, or None before its first."""
+    latest = table_version(spark, registry.bronze.path)
+    found = _reports(spark, registry, latest - REPORT_LOOKBACK, latest)
+    return found[-1] if found else None
+
+
+def _reports(
+    spark: SparkSession, registry: TableRegistry, first: int, latest: int
+) -> list[tuple[Commit, SourceProgress]]:
+    if latest < 0:
+        return []
+    found = []
+    for commit in commits(spark, registry.bronze.path, first, latest):
+        report = SourceProgress.from_metadata(commit.user_metadata)
+        if report is not None:
+            found.append((commit, report))
+    return found

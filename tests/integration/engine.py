@@ -10,7 +10,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spark_jobs.config import PipelineConfig, parse_pipeline
-from spark_jobs.eventtime import Batch, ModelResult, Record, run_reference
+from spark_jobs.eventtime import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    Batch,
+    ModelResult,
+    OfflineDetector,
+    Record,
+    run_reference,
+)
 from spark_jobs.jobs.replay import replay
 from spark_jobs.tables import TableRegistry
 
@@ -35,9 +43,12 @@ def engine_config(
     allowed_lateness: str = "0s",
     time_characteristic: str = "event",
     offline: dict | None = None,
+    partitions: Sequence[int] = (),
 ) -> PipelineConfig:
     """A pipeline with a fresh name, so many runs share one lakehouse."""
-    return parse_pipeline(engine_document(window, watermark, allowed_lateness, time_characteristic, offline))
+    return parse_pipeline(
+        engine_document(window, watermark, allowed_lateness, time_characteristic, offline, partitions)
+    )
 
 
 def engine_document(
@@ -46,11 +57,14 @@ def engine_document(
     allowed_lateness: str = "0s",
     time_characteristic: str = "event",
     offline: dict | None = None,
+    partitions: Sequence[int] = (),
 ) -> dict:
-    """The pipeline file's content, for jobs started by spark-submit."""
+    """The pipeline file's content, for jobs started by spark-submit; ``partitions``
+    are declared up front (``source.partitions``)."""
+    source = {"kind": "files", "path": "unused", "format": "json"}
     return {
         "pipeline": f"engine_{next(_names)}",
-        "source": {"kind": "files", "path": "unused", "format": "json"},
+        "source": {**source, "partitions": list(partitions)} if partitions else source,
         "schema": SCHEMA,
         "event_time": {"column": "ts", "format": "epoch_millis", "max_future_skew": "3650d"},
         "time_characteristic": time_characteristic,
@@ -81,6 +95,7 @@ def replay_batches(
     root: Path,
     batches: Sequence[Sequence[dict]],
     flush: bool = False,
+    silver_every_batch: bool = False,
 ) -> TableRegistry:
     """Replay ``batches`` (lists of payloads) cut by the ``batch`` column."""
     lines = [
@@ -88,20 +103,41 @@ def replay_batches(
     ]
     path = root / f"{config.name}.json"
     path.write_text("\n".join(lines) + "\n")
-    assert replay(spark, config, path, str(root), batch_column="batch", flush=flush) == 0
+    code = replay(
+        spark,
+        config,
+        path,
+        str(root),
+        batch_column="batch",
+        flush=flush,
+        silver_every_batch=silver_every_batch,
+    )
+    assert code == 0
     return TableRegistry(config, str(root))
+
+
+BATCH_INTERVAL_MS = 1_000
 
 
 def model_of(
     config: PipelineConfig, batches: Sequence[Sequence[dict]], flush: bool = False, column: str = "ts"
 ) -> ModelResult:
-    # Replay writes all of bronze before silver reads it: every later batch is backlog.
+    """What the model makes of a replay. The replay's source is bounded and known up
+    front: it reports every partition of the input (and the declared ones) from the
+    first batch on, and a partition with records in a later batch has unread input
+    (backlog, whether silver learns it from bronze or from the source's lag).
+    Batches are a second apart in processing time: the engine's are at least a
+    millisecond apart, so an idleness of a millisecond decides alike in both."""
     marker = config.watermark.marker_column
+    everywhere = frozenset(
+        {*config.source.partitions, *(str(r["partition"]) for batch in batches for r in batch)}
+    )
     model_batches = [
         Batch(
             [Record(str(r["partition"]), r[column], r, marker is not None and marker in r) for r in batch],
-            processing_time=0,
+            processing_time=index * BATCH_INTERVAL_MS,
             backlog=frozenset(str(r["partition"]) for later in batches[index + 1 :] for r in later),
+            partitions=everywhere if index == 0 else frozenset(),
         )
         for index, batch in enumerate(batches)
     ]
@@ -229,3 +265,11 @@ def assert_reconciles(spark, registry: TableRegistry, records: Sequence[dict], c
     silver = spark.read.format("delta").load(registry.silver.path).groupBy().sum("record_count").first()[0]
     quarantined = spark.read.format("delta").load(registry.quarantine.path).count()
     assert (silver or 0) + quarantined == window_pairs_of(registry.config, records, column)
+
+
+def batch_computation(tracks: Sequence[tuple[str, int]], timeout_ms: int) -> list[tuple]:
+    """Offline detection over all (key, event time) tracks at once with the input
+    ended: the status events every replay and every live run must give."""
+    events, late = OfflineDetector(timeout_ms).process_batch(list(tracks), MIN_WATERMARK, MAX_WATERMARK)
+    assert late == []
+    return sorted((e.key, e.status, e.event_time) for e in events)

@@ -10,13 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
+from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.eventtime.timers import OfflineDetector
 from spark_jobs.generator import FleetSpec, generate
 from spark_jobs.jobs import offline, silver
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.tables import TableRegistry, join
-from tests.integration.engine import BASE_MS, assert_reconciles, engine_config, payload, replay_batches
+from tests.integration.engine import (
+    BASE_MS,
+    assert_reconciles,
+    batch_computation,
+    engine_config,
+    payload,
+    replay_batches,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -99,13 +106,6 @@ def test_a_track_exactly_one_timeout_after_the_last_keeps_the_key_online(spark, 
         ("scooter-2", "offline", at("11:30:00"))
     ]
     assert_reconciles(spark, registry, [record for batch in batches for record in batch])
-
-
-def batch_computation(tracks: list[tuple[str, int]], timeout_ms: int) -> list[tuple]:
-    """All tracks at once with the input ended: the answer every replay must give."""
-    events, late = OfflineDetector(timeout_ms).process_batch(tracks, MIN_WATERMARK, MAX_WATERMARK)
-    assert late == []
-    return sorted((e.key, e.status, e.event_time) for e in events)
 
 
 def chunks(records: list[dict], size: int) -> list[list[dict]]:

@@ -70,6 +70,11 @@ BAD_CONFIGS = [
     ("source.path", DELETE, "source.path", "required"),
     ("source.format", "xml", "source.format", "unknown value"),
     ("source.max_files_per_trigger", 0, "source.max_files_per_trigger", "positive integer"),
+    ("source.partitions", 0, "source.partitions", "positive integer"),
+    ("source.partitions", [], "source.partitions", "non-empty list"),
+    ("source.partitions", [0, "0"], "source.partitions", "twice"),
+    ("source.partitions", [0, 1.5], "source.partitions", "strings or integers"),
+    ("source.partitions", ["eu"], "source.partitions", "int partition column"),
     ("schema.battery", "complex", "schema.battery", "unknown value"),
     ("event_time.column", "when", "event_time.column", "not a column"),
     ("event_time.format", "nonsense", "event_time.format", "unknown format"),
@@ -142,6 +147,20 @@ def test_kafka_source_needs_a_topic():
     document = mutate("source", {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9092"})
     with pytest.raises(ConfigError, match=r"source\.topic: is required"):
         parse_pipeline(document)
+
+
+def test_declared_file_partitions_are_a_count_or_the_partition_column_values():
+    assert parse_pipeline(mutate("source.partitions", 3)).source.partitions == ("0", "1", "2")
+    assert parse_pipeline(mutate("source.partitions", [7, 3])).source.partitions == ("7", "3")
+    assert parse_pipeline(telemetry()).source.partitions == ()
+
+
+def test_a_kafka_source_does_not_take_declared_partitions():
+    document = telemetry()
+    document["source"] = {"kind": "kafka", "bootstrap_servers": "b:9092", "topic": "t", "partitions": 4}
+    with pytest.raises(ConfigError) as error:
+        parse_pipeline(document)
+    assert error.value.field == "source.partitions"
 
 
 def test_load_pipeline_names_the_file_in_the_error(tmp_path):

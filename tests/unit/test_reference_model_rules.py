@@ -5,7 +5,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_jobs.eventtime import MAX_WATERMARK, Batch, Record, Window, run_reference
+from spark_jobs.eventtime import MAX_WATERMARK, MIN_WATERMARK, Batch, Record, Window, run_reference
 from tests.unit.model_helpers import SECOND, one_per_batch, rules, sensor
 
 
@@ -147,3 +147,26 @@ def test_any_interleaving_and_batching_gives_the_same_windows_when_partitions_re
 
     assert replay.quarantined == [] and live.quarantined == []
     assert contents(replay) == contents(live)
+
+
+def test_a_partition_the_source_reports_before_its_first_record_holds_the_watermark():
+    # Partition 2 is added to the topic with batch 1 and sends its old record in batch 2.
+    batches = [
+        Batch([sensor(5, partition=1)]),
+        Batch([sensor(30, partition=1)], partitions=frozenset({1, 2})),
+        Batch([sensor(6, partition=2)]),
+    ]
+    result = run_reference(rules("monotonous"), batches)
+
+    assert result.watermarks[1] == result.watermarks[0] == 5 * SECOND - 1
+    assert result.quarantined == []
+
+
+def test_a_partition_reported_without_data_goes_idle_like_any_other_when_it_has_no_backlog():
+    batches = [
+        Batch([sensor(5, partition=1)], processing_time=0, partitions=frozenset({1, 2})),
+        Batch([sensor(30, partition=1)], processing_time=10 * SECOND),
+    ]
+    result = run_reference(rules("monotonous", idleness_s=1), batches)
+
+    assert result.watermarks == [MIN_WATERMARK, 30 * SECOND - 1]
