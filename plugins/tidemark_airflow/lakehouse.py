@@ -131,6 +131,22 @@ def partition_clocks(root: str, pipeline: str) -> list[dict[str, Any]]:
     return rows
 
 
+SOURCE_REPORT_LOOKBACK = 20
+
+
+def last_source_report(root: str, pipeline: str) -> tuple[datetime, str] | None:
+    """(commit time, userMetadata) of bronze's newest commit among its last few that
+    carries one: what the source reported with bronze's last batch (see
+    ``spark_jobs.sources.progress``). None before bronze's first batch."""
+    table = _open(root, "bronze", pipeline)
+    if table is None:
+        return None
+    for commit in table.history(SOURCE_REPORT_LOOKBACK):
+        if commit.get("userMetadata"):
+            return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC), commit["userMetadata"]
+    return None
+
+
 def quarantine_backlog_by_partition(root: str, pipeline: str) -> dict[str, dict[str, int]]:
     """Pending (not yet merged) rows per quarantine table of the pipeline and
     source partition: ``late`` (records whose windows were cleaned,

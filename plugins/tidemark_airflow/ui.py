@@ -96,9 +96,33 @@ class PipelineView:
     status: dict[str, Any] | None = None
 
 
-def pipeline_status(root: str, name: str) -> dict[str, Any]:
+def kafka_backlog(root: str, config: PipelineConfig, now: datetime) -> dict[str, Any] | None:
+    """Kafka lag per partition and whether bronze is stalled, by the idleness check's
+    rule (the topic now against bronze's last report); None for a files source."""
+    from spark_jobs.sources.kafka import KafkaLatestOffsets
+    from spark_jobs.sources.progress import DEFAULT_STALL_AFTER_MS, SourceProgress, kafka_lag, lag_stall
+
+    if config.source.kind != "kafka":
+        return None
+    last = lakehouse.last_source_report(root, config.name)
+    report = None if last is None else SourceProgress.from_metadata(last[1])
+    if last is None or report is None:
+        return {"lag": {}, "stalled": None, "error": None}
+    latest = KafkaLatestOffsets(config.source.bootstrap_servers, config.source.topic, timeout_ms=2_000)
+    try:
+        lag = kafka_lag(report, latest())
+    except Exception as error:  # a page must render while Kafka is down
+        return {"lag": {}, "stalled": None, "error": f"Kafka's offsets are unknown: {error}"}
+    finally:
+        latest.close()
+    return {"lag": lag, "stalled": lag_stall(lag, last[0], now, DEFAULT_STALL_AFTER_MS), "error": None}
+
+
+def pipeline_status(root: str, config: PipelineConfig) -> dict[str, Any]:
     """What the page shows of one pipeline, read from the lakehouse."""
+    name = config.name
     return {
+        "kafka": kafka_backlog(root, config, datetime.now(UTC)),
         "watermark": lakehouse.pipeline_watermark(root, name),
         "partitions": lakehouse.partition_clocks(root, name),
         "backlog": lakehouse.quarantine_backlog_by_partition(root, name),
@@ -121,7 +145,7 @@ def read_pipelines() -> tuple[str, list[PipelineView]]:
         except (ConfigError, OSError) as error:
             views.append(PipelineView(file, error=str(error)))
             continue
-        views.append(PipelineView(file, config, status=pipeline_status(root, config.name)))
+        views.append(PipelineView(file, config, status=pipeline_status(root, config)))
     return root, views
 
 
@@ -279,8 +303,8 @@ def watermark_chart(history: Sequence[dict[str, Any]], width: int = 760, height:
     )
 
 
-def _flag(on: bool, label: str) -> str:
-    return f'<span class="flag {label}">{label}</span>' if on else ""
+def _flag(on: bool, label: str, title: str = "") -> str:
+    return f'<span class="flag {label}" title="{_e(title)}">{label}</span>' if on else ""
 
 
 def _clock_rows(status: dict[str, Any]) -> str:
@@ -289,7 +313,12 @@ def _clock_rows(status: dict[str, Any]) -> str:
     for clock in status["partitions"]:
         partition = clock["source_partition"]
         pending = " / ".join(str(counts.get(partition, 0)) for counts in backlog.values())
-        flags = _flag(clock["is_idle"], "idle") + _flag(not clock["is_aligned"], "catching-up")
+        lag = (status["kafka"] or {}).get("lag", {}).get(partition, 0)
+        flags = (
+            _flag(clock["is_idle"], "idle")
+            + _flag(not clock["is_aligned"], "catching-up")
+            + _flag(lag > 0, "lagging", f"{lag} records in Kafka not yet in bronze")
+        )
         rows.append(
             f'<tr data-partition="{_e(partition)}"><td>{_e(partition)}</td>'
             f'<td class="watermark" title="{_e(clock["partition_watermark"])}">'
@@ -331,6 +360,22 @@ def _settings(config: PipelineConfig) -> str:
     return " \u00b7 ".join(parts)
 
 
+def _kafka_summary(kafka: dict[str, Any] | None) -> str:
+    if kafka is None:
+        return ""
+    if kafka["error"]:
+        text = kafka["error"]
+    elif kafka["lag"]:
+        partitions = ", ".join(sorted(kafka["lag"], key=lambda p: (len(p), p)))
+        text = f"{sum(kafka['lag'].values())} records on partitions {partitions} (backlog: never idle)"
+    else:
+        text = NONE
+    stalled = f'<div><dt>Stalled</dt><dd class="stalled">{_e(kafka["stalled"])}</dd></div>'
+    return f'<div><dt>Kafka lag</dt><dd class="kafka-lag">{_e(text)}</dd></div>' + (
+        stalled if kafka["stalled"] else ""
+    )
+
+
 def render_pipeline(view: PipelineView) -> str:
     if view.config is None or view.status is None:
         return (
@@ -364,7 +409,8 @@ def render_pipeline(view: PipelineView) -> str:
         f'<div><dt>Watermark</dt><dd class="watermark" title="{_e(status["watermark"])}">'
         f"{_e(format_watermark(status['watermark']))}</dd></div>"
         f"<div><dt>Partitions</dt><dd>{len(status['partitions'])} ({idle} idle)</dd></div>"
-        f'<div><dt>Quarantine backlog</dt><dd class="backlog">{_e(pending or NONE)}</dd></div></dl>'
+        f'<div><dt>Quarantine backlog</dt><dd class="backlog">{_e(pending or NONE)}</dd></div>'
+        f"{_kafka_summary(status['kafka'])}</dl>"
         f"<h3>Partitions</h3>{clocks}"
         f"<h3>Watermark against processing time</h3>{watermark_chart(status['history'])}"
         f"<h3>Recent late merges</h3>{merges}</section>"
@@ -382,7 +428,8 @@ table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
 th, td { padding: .25rem .7rem; white-space: nowrap; border-bottom: 1px solid var(--rule); text-align: left; }
 td.num { text-align: right; } td.message { white-space: normal; min-width: 20rem; }
 .flag { border-radius: .6rem; padding: 0 .45rem; margin-right: .3rem; font-size: .8rem; }
-.flag.idle { background: #fde68a; color: #78350f; } .flag.catching-up { background: #bfdbfe; color: #1e3a8a; }
+.flag.idle { background: #fde68a; color: #78350f; } .flag.lagging { background: #fecaca; color: #7f1d1d; }
+.flag.catching-up { background: #bfdbfe; color: #1e3a8a; }
 tr.failed td, .error { color: #b91c1c; }
 .chart text { font-size: 11px; fill: currentColor; } .chart .axis { stroke: var(--muted); }
 .chart .line { fill: none; stroke: var(--line); stroke-width: 2; } .chart circle { fill: var(--line); }

@@ -34,7 +34,7 @@ from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error, fold
 from spark_jobs.session import build_session
 from spark_jobs.sources import latest_source_report
 from spark_jobs.sources.kafka import KafkaLatestOffsets
-from spark_jobs.sources.progress import kafka_lag, lag_stall
+from spark_jobs.sources.progress import DEFAULT_STALL_AFTER, kafka_lag, lag_stall
 from spark_jobs.tables import TableRegistry, table_version
 
 STALLED_EXIT = 3
@@ -149,8 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     parser.add_argument(
         "--stall-after",
-        default="5m",
-        help="a backlog older than this means its stream is stalled: exit 3 (default 5m)",
+        default=DEFAULT_STALL_AFTER,
+        help=f"a backlog older than this means its stream is stalled: exit 3 (default {DEFAULT_STALL_AFTER})",
     )
     return parser
 

@@ -50,8 +50,8 @@ class KafkaLatestOffsets:
             self._consumer = KafkaConsumer(
                 bootstrap_servers=self.bootstrap_servers,
                 enable_auto_commit=False,
-                request_timeout_ms=self.timeout_ms + 1,
-                api_version_auto_timeout_ms=self.timeout_ms,
+                request_timeout_ms=self.timeout_ms,
+                bootstrap_timeout_ms=self.timeout_ms,
             )
         self._consumer.topics()  # refreshes the cluster metadata
         partitions = self._consumer.partitions_for_topic(self.topic) or set()

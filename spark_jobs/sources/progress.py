@@ -25,7 +25,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from spark_jobs.config import parse_duration
+
 METADATA_KEY = "source_partitions"
+# A Kafka lag whose bronze has not committed for this long is a stalled bronze
+# (the idleness check's default; the Airflow page uses it as it is).
+DEFAULT_STALL_AFTER = "5m"
+DEFAULT_STALL_AFTER_MS = parse_duration(DEFAULT_STALL_AFTER, "--stall-after")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -166,6 +167,13 @@ def test_a_lagging_partition_is_never_idle_and_a_stalled_kafka_bronze_is_reporte
     assert f"Kafka lag of {len(held_back)} records on partitions 3" in report.err
     assert partition_clocks(spark, registry)["3"][1] is False, "a partition with unread input went idle"
     assert history_watermarks(spark, registry)[-1] == watermark
+    # The Airflow page applies the same rule: a lagging partition, and a stall
+    # once bronze has not committed for the page's stall limit.
+    from tidemark_airflow import ui
+
+    page = ui.kafka_backlog(registry.root, registry.config, datetime.now(UTC) + timedelta(minutes=10))
+    assert page["lag"] == {"3": len(held_back)}
+    assert f"{len(held_back)} records on partitions 3" in page["stalled"]
 
     run(spark, registry, "bronze", "silver")
     end_input(spark, registry)
