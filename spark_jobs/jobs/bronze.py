@@ -21,6 +21,7 @@ from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
     RunTotals,
+    crash_point,
     exit_on_config_error,
     job_parser,
     run_stream,
@@ -92,6 +93,7 @@ class BronzeBatchWriter(BatchWriter):
             batch_id,
             report.to_metadata() if report.partitions else None,
         )
+        crash_point("bronze:bronze")
         if table_version(self.spark, registry.bronze.path) > before:
             counts = observation.get
         else:
@@ -105,6 +107,7 @@ class BronzeBatchWriter(BatchWriter):
             rejected, _ = counted(parsed, rejected=~valid)
             rejects = reject_rows(rejected, registry.config.name, now)
             idempotent_append(rejects, registry.ops["rejects"], self.app_id, batch_id)
+            crash_point("bronze:rejects")
         self.totals.batches += 1
         self.totals.rows_in += counts["valid"] + counts["rejected"]
         self.totals.rows_out += counts["valid"]

@@ -36,6 +36,7 @@ from spark_jobs.tables import TableRegistry, hadoop_file, join, read_text
 TRIGGERS = ("continuous", "available-now")
 CONFLICT_ATTEMPTS = 10
 CRASH_AFTER_VARIABLE = "TIDEMARK_CRASH_AFTER"
+CRASH_BY_VARIABLE = "TIDEMARK_CRASH_BY"
 # Delta's optimistic-concurrency failures: another writer committed first. Each
 # is safe to retry from a fresh snapshot (a txn-guarded write that the other
 # writer already made is then skipped).
@@ -311,11 +312,22 @@ def retry_on_conflict(
             attempt += 1
 
 
+class InjectedCrash(RuntimeError):
+    """A crash point reached with ``TIDEMARK_CRASH_BY=raise``."""
+
+
 def crash_point(step: str) -> None:
-    """Fault injection for crash tests: with ``TIDEMARK_CRASH_AFTER=<step>`` this
-    process dies by SIGKILL right here, as a kill -9 would leave it."""
-    if os.environ.get(CRASH_AFTER_VARIABLE) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Fault injection for crash tests, right after a write: with
+    ``TIDEMARK_CRASH_AFTER=<step>`` this process dies by SIGKILL here, as a kill -9
+    would leave it. With ``TIDEMARK_CRASH_BY=raise`` as well, the step raises
+    :class:`InjectedCrash` instead, so tests can crash a job run in their own session:
+    the tables and the checkpoint are left as a kill leaves them (what committed stays,
+    the micro-batch is replayed)."""
+    if os.environ.get(CRASH_AFTER_VARIABLE) != step:
+        return
+    if os.environ.get(CRASH_BY_VARIABLE) == "raise":
+        raise InjectedCrash(step)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def exit_on_config_error(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:

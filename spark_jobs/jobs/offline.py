@@ -36,6 +36,7 @@ from spark_jobs.jobs.bronze import idempotent_append
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
+    crash_point,
     delta_txn,
     exit_on_config_error,
     job_parser,
@@ -275,10 +276,12 @@ def advance_detector(
         emitted = rows.count()
         if emitted:
             idempotent_append(rows, events_table, f"{txn[0]}:status_events", txn[1])
+            crash_point("offline:events")
     finally:
         rows.unpersist()
     changes = state_changes(key, new_last, buffer, arrived, steps.after, spark)
     merge_state(spark, state_table, key, changes, (f"{txn[0]}:state", txn[1]), now)
+    crash_point("offline:state")
     return emitted
 
 
@@ -315,6 +318,7 @@ class OfflineBatchWriter(BatchWriter):
                     if late_count:
                         late = late_track_rows(judged.where("is_late"), registry, now)
                         idempotent_append(late, late_table, f"{self.app_id}:late", batch_id)
+                        crash_point("offline:late")
                     self._advance(
                         state, judged.where(~F.col("is_late")).select(*key, "ts_ms"), steps, batch_id, now
                     )

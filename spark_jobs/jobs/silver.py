@@ -38,6 +38,7 @@ from spark_jobs.jobs.bronze import idempotent_append
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
+    crash_point,
     delta_txn,
     exit_on_config_error,
     job_parser,
@@ -115,17 +116,31 @@ def version_summary(records: DataFrame) -> list[Summary]:
 @dataclass(frozen=True)
 class SavedClock:
     """The pipeline clock as the last committed silver batch left it, and the last
-    bronze version that batch judged (None before silver's first batch)."""
+    bronze version that batch judged (None before silver's first batch).
+
+    ``unfinished_step_ms`` is the moment of an idleness step whose history row
+    committed and whose partition clocks did not (the process died in between):
+    repeated at the same moment, its writes are skipped by their transaction ids and
+    its clocks land, so the step is neither lost nor recorded twice."""
 
     tracker: WatermarkTracker
     judged_version: int | None
+    unfinished_step_ms: int | None = None
+
+
+def committed_steps(judged_version: int | None) -> F.Column:
+    """The ``ops.watermark_history`` rows of watermark steps whose partition clocks
+    committed. A silver batch appends its history rows before it merges its clocks,
+    so rows beyond the last judged version belong to a batch that died in between:
+    its replay must start from the watermark before them, or it would judge its own
+    records against its own watermark-after. The end of input (+inf) is final."""
+    judged = F.col("batch_id") <= F.lit(-1 if judged_version is None else judged_version)
+    return judged | (F.col("watermark") == F.lit(MAX_WATERMARK))
 
 
 def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
+    """The pipeline clock as the last committed silver batch (or watermark step) left it."""
     pipeline = registry.config.name
-    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
-    latest = history.where(F.col("pipeline") == pipeline).agg(F.max("watermark")).first()[0]
-    tracker = WatermarkTracker(registry.config.watermark, MIN_WATERMARK if latest is None else latest)
     clocks = spark.read.format("delta").load(registry.ops["watermarks"].path)
     saved = clocks.where(F.col("pipeline") == pipeline).select(
         "source_partition",
@@ -135,11 +150,25 @@ def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
         "is_idle",
         "is_aligned",
         "batch_id",
+        F.unix_millis("updated_at").alias("updated_ms"),
     )
     rows = saved.collect()
+    judged = max((row.batch_id for row in rows), default=None)
+    clocks_written = max((row.updated_ms for row in rows), default=None)
+    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
+    steps = history.where((F.col("pipeline") == pipeline) & committed_steps(judged))
+    step_ms = F.unix_millis("processing_time")
+    # An idleness step judges no records, and is not the end of input.
+    unfinished = (
+        (step_ms > F.lit(clocks_written))
+        & (F.col("on_time_count") + F.col("late_count") == 0)
+        & (F.col("watermark") != F.lit(MAX_WATERMARK))
+    )
+    latest, unfinished_ms = steps.agg(F.max("watermark"), F.max(F.when(unfinished, step_ms))).first()
+    tracker = WatermarkTracker(registry.config.watermark, MIN_WATERMARK if latest is None else latest)
     for row in rows:
-        tracker.restore(PartitionSnapshot(*row[:-1]))
-    return SavedClock(tracker, max((row.batch_id for row in rows), default=None))
+        tracker.restore(PartitionSnapshot(*row[:-2]))
+    return SavedClock(tracker, judged, unfinished_ms)
 
 
 def _moment(millis: int | None) -> datetime | None:
@@ -428,14 +457,18 @@ class SilverBatchWriter(BatchWriter):
                     f"{self.app_id}:quarantine",
                     batch_id,
                 )
+                crash_point("silver:quarantine")
             on_time = pairs.where(~F.col("is_late"))
             merge_windows(spark, registry, window_partials(on_time, config), plan, self.app_id, batch_id, now)
+            crash_point("silver:windows")
             per_version = {
                 clock.version: (counts.get((clock.version, False), 0), counts.get((clock.version, True), 0))
                 for clock in plan
             }
             write_history(spark, registry, plan, per_version, self.app_id, batch_id)
+            crash_point("silver:history")
             write_partition_clocks(spark, registry, tracker, last_version, self.app_id, batch_id, now)
+            crash_point("silver:clocks")
         finally:
             records.unpersist()
         on_time_total = sum(on for on, _ in per_version.values())
@@ -479,11 +512,13 @@ def flush(spark: SparkSession, registry: TableRegistry) -> bool:
     now = datetime.now(UTC)
     app_id = f"flush-{registry.config.name}"
     fire_due(spark, registry, MAX_WATERMARK, (f"{app_id}:silver", version + 1), now)
+    crash_point("flush:fire")
     now_ms = round(now.timestamp() * 1000)
     clock = VersionClock(
         version + 1, now_ms, MIN_WATERMARK, MAX_WATERMARK, state.active_partitions, state.idle_partitions
     )
     write_history(spark, registry, [clock], {}, app_id, version + 1)
+    crash_point("flush:history")
     return True
 
 
@@ -511,7 +546,11 @@ def advance_idle(
     if before == MAX_WATERMARK:  # the input has ended (flushed): there is nothing left to step
         return None
     idle_before = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
-    now_ms = round(now.timestamp() * 1000)
+    # Whole milliseconds: the step's history row and its clocks carry the same moment.
+    now_ms = saved.unfinished_step_ms
+    if now_ms is None:
+        now_ms = int(now.timestamp() * 1000)
+    now = _moment(now_ms)
     state = tracker.advance(now_ms, {}, backlog)
     idle_after = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
     if state.watermark == before and idle_after == idle_before:
@@ -519,11 +558,14 @@ def advance_idle(
     # Each check is its own step: its moment is its transaction version.
     app_id = f"idle-{registry.config.name}"
     fire_due(spark, registry, state.watermark, (f"{app_id}:silver", now_ms), now)
+    crash_point("idle:fire")
     clock = VersionClock(
         last_version, now_ms, before, state.watermark, state.active_partitions, state.idle_partitions
     )
     write_history(spark, registry, [clock], {}, app_id, now_ms)
+    crash_point("idle:history")
     write_partition_clocks(spark, registry, tracker, last_version, app_id, now_ms, now)
+    crash_point("idle:clocks")
     return clock
 
 

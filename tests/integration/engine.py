@@ -19,8 +19,10 @@ from spark_jobs.eventtime import (
     Record,
     run_reference,
 )
+from spark_jobs.jobs import bronze, gold, offline, silver
+from spark_jobs.jobs.common import JobContext
 from spark_jobs.jobs.replay import replay
-from spark_jobs.tables import TableRegistry
+from spark_jobs.tables import TableRegistry, join
 
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 _names = itertools.count()
@@ -273,3 +275,19 @@ def batch_computation(tracks: Sequence[tuple[str, int]], timeout_ms: int) -> lis
     events, late = OfflineDetector(timeout_ms).process_batch(list(tracks), MIN_WATERMARK, MAX_WATERMARK)
     assert late == []
     return sorted((e.key, e.status, e.event_time) for e in events)
+
+
+JOBS = {"bronze": bronze, "silver": silver, "gold": gold, "offline": offline}
+
+
+def run_jobs(spark, registry: TableRegistry, *jobs: str) -> None:
+    """Run streaming jobs available-now in this session, each on its usual checkpoint."""
+    for job in jobs:
+        assert run_job_once(spark, registry, job) == 0, job
+
+
+def run_job_once(spark, registry: TableRegistry, job: str) -> int:
+    """One available-now run of a streaming job in this session: its exit code."""
+    checkpoint = join(registry.root, "_checkpoints", registry.config.name, job)
+    context = JobContext(job, registry.config, registry, "available-now", 1_000, checkpoint)
+    return JOBS[job].run(spark, context)

@@ -19,11 +19,10 @@ import pytest
 
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, send_to_kafka, write_landing
-from spark_jobs.jobs import bronze, check_idle, gold, offline, silver
-from spark_jobs.jobs.common import JobContext
-from spark_jobs.tables import TableRegistry, join
+from spark_jobs.jobs import check_idle, silver
+from spark_jobs.tables import TableRegistry
 from tests.integration.conftest import assert_bronze_reconciles, registry_for, write_pipeline
-from tests.integration.engine import batch_computation
+from tests.integration.engine import batch_computation, run_jobs
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -33,18 +32,9 @@ HOUR_MS = 60 * MINUTE_MS
 WATERMARK = {"strategy": "bounded", "max_out_of_orderness": "5s"}
 
 
-def run(spark, registry: TableRegistry, *jobs: str) -> None:
-    """Run jobs available-now in this session, each on its own checkpoint."""
-    modules = {"bronze": bronze, "silver": silver, "gold": gold, "offline": offline}
-    for job in jobs:
-        checkpoint = join(registry.root, "_checkpoints", registry.config.name, job)
-        context = JobContext(job, registry.config, registry, "available-now", 1_000, checkpoint)
-        assert modules[job].run(spark, context) == 0, job
-
-
 def end_input(spark, registry: TableRegistry) -> None:
     assert silver.flush(spark, registry)
-    run(spark, registry, "gold", "offline")
+    run_jobs(spark, registry, "gold", "offline")
 
 
 def kafka_pipeline(tmp_path: Path, broker, topic: str, idleness: str) -> tuple[Path, TableRegistry]:
@@ -128,7 +118,7 @@ def test_kafka_partitions_produced_after_the_others_were_consumed_are_on_time(sp
     generated = fleet(seed=21)
     first = [record for record in generated if record.partition in (0, 1)]
     send_to_kafka(first, kafka_broker.bootstrap_servers, "late_partitions")
-    run(spark, registry, "bronze", "silver", "offline")
+    run_jobs(spark, registry, "bronze", "silver", "offline")
 
     # Partitions 2 and 3 exist but sent nothing: the watermark stays at -inf.
     assert set(history_watermarks(spark, registry)) == {MIN_WATERMARK}
@@ -136,7 +126,7 @@ def test_kafka_partitions_produced_after_the_others_were_consumed_are_on_time(sp
 
     rest = [record for record in generated if record.partition in (2, 3)]
     send_to_kafka(rest, kafka_broker.bootstrap_servers, "late_partitions")
-    run(spark, registry, "bronze", "silver")
+    run_jobs(spark, registry, "bronze", "silver")
     end_input(spark, registry)
 
     assert_exact(spark, registry, generated)
@@ -152,7 +142,7 @@ def test_a_lagging_partition_is_never_idle_and_a_stalled_kafka_bronze_is_reporte
     held_back = [record for record in generated if record.partition == 3 and record.arrival_ms >= behind]
     sent = [record for record in generated if record.partition != 3 or record.arrival_ms < behind]
     send_to_kafka(sent, kafka_broker.bootstrap_servers, "lagging")
-    run(spark, registry, "bronze", "silver")
+    run_jobs(spark, registry, "bronze", "silver")
     watermark = history_watermarks(spark, registry)[-1]
 
     send_to_kafka(held_back, kafka_broker.bootstrap_servers, "lagging")
@@ -175,7 +165,7 @@ def test_a_lagging_partition_is_never_idle_and_a_stalled_kafka_bronze_is_reporte
     assert page["lag"] == {"3": len(held_back)}
     assert f"{len(held_back)} records on partitions 3" in page["stalled"]
 
-    run(spark, registry, "bronze", "silver")
+    run_jobs(spark, registry, "bronze", "silver")
     end_input(spark, registry)
     assert_exact(spark, registry, generated)
 
@@ -191,12 +181,12 @@ def test_a_declared_file_partition_that_has_not_landed_holds_the_watermark(spark
     registry = registry_for(pipeline, tmp_path / "lakehouse")
     generated = fleet(seed=23, partitions=3, source_kind="files")
     write_landing([r for r in generated if r.partition != 2], landing, records_per_file=200)
-    run(spark, registry, "bronze", "silver")
+    run_jobs(spark, registry, "bronze", "silver")
 
     assert set(history_watermarks(spark, registry)) == {MIN_WATERMARK}
     assert partition_clocks(spark, registry)["2"] == (MIN_WATERMARK, False)
 
     write_landing([r for r in generated if r.partition == 2], landing, records_per_file=200)
-    run(spark, registry, "bronze", "silver")
+    run_jobs(spark, registry, "bronze", "silver")
     end_input(spark, registry)
     assert_exact(spark, registry, generated)

@@ -1,0 +1,234 @@
+"""Every crash point between two writes, deterministically: bronze, silver, offline
+detection, the idleness check's step and the end of input, each crashed right after each of its
+writes (``TIDEMARK_CRASH_AFTER``), in the first micro-batch and a later one, with
+and without late records, then run again. Every table must then hold what a run
+without a crash holds, row for row (wall-clock columns aside), and reconcile.
+
+The jobs run in this test's session and the crash raises (``TIDEMARK_CRASH_BY=raise``):
+the stream fails as a killed one stops, leaving what committed and replaying its
+micro-batch on the next run. Real SIGKILLs are in the fault-injection and kill-9
+tests."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.generator import land_files
+from spark_jobs.jobs import silver
+from spark_jobs.jobs.common import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, InjectedCrash
+from spark_jobs.tables import TableRegistry
+from tests.integration.engine import BASE_MS, engine_config, payload, run_job_once, window_pairs_of
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+TUMBLING_10S = {"type": "tumbling", "size": "10s", "offset": "0s"}
+# Partitions idle after a millisecond: the idleness check's step always moves.
+WATERMARK = {"strategy": "bounded", "max_out_of_orderness": "0s", "idleness": "1ms"}
+MALFORMED = "{not json"
+
+
+def at(seconds: int, partition: int) -> dict:
+    return payload(partition, BASE_MS + seconds * 1000, f"d{partition}", float(seconds), 1.0)
+
+
+# The first batch leaves the watermark at 24,999 ms.
+FIRST = [at(3, 0), at(25, 0), at(3, 1), at(25, 1)]
+# Judged at the batch's start, 27 s is on time; its own watermark-after (39,999 ms)
+# would clean the 27 s windows: a replay that starts from it counts them late.
+LATER = {
+    "none": [at(27, 0), at(60, 0), at(27, 1), at(40, 1)],
+    "late": [at(2, 0), at(27, 0), at(60, 0), at(27, 1), at(40, 1)],
+}
+
+# Each run crashes once per job and micro-batch (0, 1, and "end": the idleness step,
+# the end of input, offline detection after it). Together the runs crash right after
+# every write: silver's in the first batch, in a later one without late records and
+# in one with them; bronze's, offline detection's, the idleness step's, the flush's.
+PLANS = [
+    ("none", {0: ["silver:windows"], 1: ["silver:history"], "end": ["idle:fire", "flush:history"]}),
+    ("none", {0: ["silver:history"], 1: ["silver:clocks"], "end": ["idle:history", "flush:fire"]}),
+    ("none", {0: ["silver:clocks"], 1: ["silver:windows"], "end": ["idle:clocks", "offline:events"]}),
+    (
+        "late",
+        {
+            0: ["bronze:bronze", "offline:state"],
+            1: ["bronze:rejects", "silver:quarantine", "offline:late"],
+            "end": ["idle:history"],
+        },
+    ),
+    ("late", {1: ["silver:windows"], "end": ["flush:fire"]}),
+    ("late", {1: ["silver:history"], "end": ["offline:events"]}),
+    ("late", {1: ["silver:clocks"], "end": ["idle:clocks"]}),
+]
+
+
+def crashing(monkeypatch, step: str | None):
+    if step is None:
+        monkeypatch.delenv(CRASH_AFTER_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(CRASH_AFTER_VARIABLE, step)
+        monkeypatch.setenv(CRASH_BY_VARIABLE, "raise")
+
+
+def run_crashing(monkeypatch, step: str | None, action) -> None:
+    """``action`` with a crash right after ``step``, then again without one, as a
+    restarted job would run; without a step, once."""
+    if step is None:
+        action()
+        return
+    crashing(monkeypatch, step)
+    try:
+        action()
+    except InjectedCrash:
+        pass  # the step functions raise it; a stream's failed run is raised as one too
+    else:
+        raise AssertionError(f"the scenario never reached the crash point {step}")
+    finally:
+        crashing(monkeypatch, None)
+    action()
+
+
+def crash_in(plan: dict, batch: int | str, job: str) -> str | None:
+    steps = [step for step in plan.get(batch, ()) if step.split(":")[0] == job]
+    return steps[0] if steps else None
+
+
+def stream(spark, registry: TableRegistry, job: str):
+    def run() -> None:
+        code = run_job_once(spark, registry, job)
+        if code != 0:
+            raise InjectedCrash(job)
+
+    return run
+
+
+def scenario(spark, tmp_path, monkeypatch, variant: str, plan: dict) -> dict:
+    """Two micro-batches through bronze, silver and offline detection, an idleness
+    step, the end of input and offline detection after it; crashed right after each
+    write ``plan`` names for a micro-batch (or "end"), and restarted. Returns the
+    tables' contents."""
+    config = engine_config(TUMBLING_10S, WATERMARK, "0s", offline={"timeout": "30m", "key": ["device_id"]})
+    registry = TableRegistry(config, str(tmp_path / config.name))
+    batches = [FIRST, LATER[variant]]
+    for index, records in enumerate(batches):
+        lines = [json.dumps(record) for record in records]
+        land_files([[*lines, MALFORMED] if index else lines], registry.landing_path, "json")
+        for job in ("bronze", "silver", "offline"):
+            run_crashing(monkeypatch, crash_in(plan, index, job), stream(spark, registry, job))
+    for what, action in (
+        ("idle", lambda: silver.advance_idle(spark, registry, datetime.now(UTC))),
+        ("flush", lambda: silver.flush(spark, registry)),
+        ("offline", stream(spark, registry, "offline")),
+    ):
+        run_crashing(monkeypatch, crash_in(plan, "end", what), action)
+    return tables(spark, registry, [record for batch in batches for record in batch])
+
+
+def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
+    """Each table's rows without wall-clock columns (they differ between any two runs)."""
+
+    def rows(path: str, *columns: str, where: str = "true") -> Counter:
+        frame = spark.read.format("delta").load(path).where(where).selectExpr(*columns)
+        return Counter(tuple(row) for row in frame.collect())
+
+    pipeline = f"pipeline = '{registry.config.name}'"
+    contents = {
+        "bronze": rows(registry.bronze.path, "source_partition", "ts", "device_id", "battery"),
+        "rejects": rows(registry.ops["rejects"].path, "raw_record", "reason", where=pipeline),
+        "silver": rows(
+            registry.silver.path,
+            "unix_millis(window_start)",
+            "region",
+            "device_id",
+            "record_count",
+            *registry.config.measure_columns,
+            "revision",
+            "status",
+            "late_merged_count",
+        ),
+        "quarantine": rows(
+            registry.quarantine.path,
+            "source_partition",
+            "ts",
+            "unix_millis(window_start)",
+            "watermark",
+            "lateness_ms",
+            "status",
+        ),
+        "history": rows(
+            registry.ops["watermark_history"].path,
+            "watermark",
+            "active_partitions",
+            "idle_partitions",
+            "on_time_count",
+            "late_count",
+            where=pipeline,
+        ),
+        "status_events": rows(
+            registry.status_events.path, "device_id", "status", "unix_millis(event_time)", "watermark"
+        ),
+        "late_tracks": rows(
+            registry.late_tracks.path, "device_id", "ts", "watermark", "lateness_ms", "status"
+        ),
+        "offline_state": rows(registry.offline_state.path, "kind", "device_id", "ts_ms", "status", "version"),
+        "clocks": rows(
+            registry.ops["watermarks"].path,
+            "source_partition",
+            "unix_millis(max_event_time)",
+            "partition_watermark",
+            "is_idle",
+            "is_aligned",
+            where=pipeline,
+        ),
+    }
+    # Nothing lost, nothing doubled: every input line is a reject or a bronze row, and
+    # every (record, window) pair is counted once, in silver or in the quarantine.
+    assert sum(contents["bronze"].values()) + sum(contents["rejects"].values()) == len(records) + 1
+    counted = sum(row[3] * n for row, n in contents["silver"].items())
+    assert counted + sum(contents["quarantine"].values()) == window_pairs_of(registry.config, records)
+    return contents
+
+
+@pytest.fixture(scope="module")
+def uncrashed() -> dict:
+    return {}
+
+
+@pytest.mark.parametrize(
+    ("variant", "plan"),
+    PLANS,
+    ids=[
+        f"{variant}-" + "-".join(step for steps in plan.values() for step in steps) for variant, plan in PLANS
+    ],
+)
+def test_a_crash_right_after_any_write_then_a_restart_leaves_the_tables_of_a_run_without_crashes(
+    spark, tmp_path, monkeypatch, uncrashed, variant, plan
+):
+    if variant not in uncrashed:
+        uncrashed[variant] = scenario(spark, tmp_path / "uncrashed", monkeypatch, variant, {})
+        # The scenario means what it says: late records exactly where they are meant to be,
+        # and a status event for each device once the input ends.
+        assert sum(uncrashed[variant]["quarantine"].values()) == (1 if variant == "late" else 0)
+        assert sum(uncrashed[variant]["late_tracks"].values()) == (1 if variant == "late" else 0)
+        assert uncrashed[variant]["status_events"], "the end of input must emit status events"
+    crashed = scenario(spark, tmp_path, monkeypatch, variant, plan)
+
+    for table, rows in uncrashed[variant].items():
+        assert crashed[table] == rows, f"{table} differs after the crashes {plan}"
+
+
+def test_the_plans_crash_right_after_every_write_the_jobs_mark():
+    sources = Path(silver.__file__).resolve().parents[1]
+    marked = {
+        step
+        for source in sources.rglob("*.py")
+        for step in re.findall(r'crash_point\("([a-z_-]+:[a-z_]+)"\)', source.read_text())
+    }
+    planned = {step for _, plan in PLANS for steps in plan.values() for step in steps}
+    assert marked == planned
