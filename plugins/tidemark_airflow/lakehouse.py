@@ -131,19 +131,15 @@ def partition_clocks(root: str, pipeline: str) -> list[dict[str, Any]]:
     return rows
 
 
-SOURCE_REPORT_LOOKBACK = 20
-
-
-def last_source_report(root: str, pipeline: str) -> tuple[datetime, str] | None:
-    """(commit time, userMetadata) of bronze's newest commit among its last few that
-    carries one: what the source reported with bronze's last batch (see
-    ``spark_jobs.sources.progress``). None before bronze's first batch."""
-    table = _open(root, "bronze", pipeline)
+def last_user_metadata(root: str, layer: str, name: str, lookback: int) -> str | None:
+    """The userMetadata of the newest of a table's last ``lookback`` commits that
+    carries one (bronze's: what the source reported with its last batch)."""
+    table = _open(root, layer, name)
     if table is None:
         return None
-    for commit in table.history(SOURCE_REPORT_LOOKBACK):
+    for commit in table.history(lookback):
         if commit.get("userMetadata"):
-            return datetime.fromtimestamp(commit["timestamp"] / 1000, UTC), commit["userMetadata"]
+            return commit["userMetadata"]
     return None
 
 

@@ -99,23 +99,23 @@ class PipelineView:
 def kafka_backlog(root: str, config: PipelineConfig, now: datetime) -> dict[str, Any] | None:
     """Kafka lag per partition and whether bronze is stalled, by the idleness check's
     rule (the topic now against bronze's last report); None for a files source."""
-    from spark_jobs.sources.kafka import KafkaLatestOffsets
-    from spark_jobs.sources.progress import DEFAULT_STALL_AFTER_MS, SourceProgress, kafka_lag, lag_stall
+    from spark_jobs.sources.kafka import KafkaLatestOffsets, kafka_backlog
+    from spark_jobs.sources.progress import DEFAULT_STALL_AFTER_MS, REPORT_LOOKBACK, SourceProgress
 
     if config.source.kind != "kafka":
         return None
-    last = lakehouse.last_source_report(root, config.name)
-    report = None if last is None else SourceProgress.from_metadata(last[1])
-    if last is None or report is None:
+    metadata = lakehouse.last_user_metadata(root, "bronze", config.name, REPORT_LOOKBACK)
+    report = SourceProgress.from_metadata(metadata)
+    if report is None:
         return {"lag": {}, "stalled": None, "error": None}
-    latest = KafkaLatestOffsets(config.source.bootstrap_servers, config.source.topic, timeout_ms=2_000)
+    offsets = KafkaLatestOffsets(config.source.bootstrap_servers, config.source.topic, timeout_ms=2_000)
     try:
-        lag = kafka_lag(report, latest())
+        backlog = kafka_backlog(report, offsets)
     except Exception as error:  # a page must render while Kafka is down
         return {"lag": {}, "stalled": None, "error": f"Kafka's offsets are unknown: {error}"}
     finally:
-        latest.close()
-    return {"lag": lag, "stalled": lag_stall(lag, last[0], now, DEFAULT_STALL_AFTER_MS), "error": None}
+        offsets.close()
+    return {"lag": backlog.lag, "stalled": backlog.stall(now, DEFAULT_STALL_AFTER_MS), "error": None}
 
 
 def pipeline_status(root: str, config: PipelineConfig) -> dict[str, Any]:

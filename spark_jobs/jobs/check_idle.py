@@ -33,8 +33,8 @@ from spark_jobs.jobs import silver
 from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error, folder_argument
 from spark_jobs.session import build_session
 from spark_jobs.sources import latest_source_report
-from spark_jobs.sources.kafka import KafkaLatestOffsets
-from spark_jobs.sources.progress import DEFAULT_STALL_AFTER, kafka_lag, lag_stall
+from spark_jobs.sources.kafka import KafkaBacklog, KafkaLatestOffsets, kafka_backlog
+from spark_jobs.sources.progress import DEFAULT_STALL_AFTER
 from spark_jobs.tables import TableRegistry, table_version
 
 STALLED_EXIT = 3
@@ -47,6 +47,7 @@ class Health:
     unjudged_versions: int = 0
     oldest_unjudged_version: datetime | None = None
     kafka_lag: dict[str, int] = field(default_factory=dict)
+    kafka_unknown: bool = False
     stalled: list[str] = field(default_factory=list)
 
 
@@ -95,29 +96,32 @@ def unjudged_versions(spark: SparkSession, registry: TableRegistry) -> tuple[int
     return pending[0], None if oldest is None else oldest.replace(tzinfo=UTC)
 
 
-def kafka_lag_now(spark: SparkSession, registry: TableRegistry) -> tuple[dict[str, int], datetime | None]:
-    """(Kafka lag per partition, when bronze's last batch committed); no lag is known
-    before bronze's first batch, nor for a files source."""
+def kafka_backlog_now(spark: SparkSession, registry: TableRegistry) -> KafkaBacklog | None:
+    """The topic now against bronze's last report; None for a files source and before
+    bronze's first batch. A broker that does not answer is a stall of its own."""
     source = registry.config.source
-    if source.kind != "kafka":
-        return {}, None
-    last = latest_source_report(spark, registry)
+    last = latest_source_report(spark, registry) if source.kind == "kafka" else None
     if last is None:
-        return {}, None
-    commit, report = last
-    latest = KafkaLatestOffsets(source.bootstrap_servers, source.topic)
+        return None
+    offsets = KafkaLatestOffsets(source.bootstrap_servers, source.topic)
     try:
-        lag = kafka_lag(report, latest())
+        return kafka_backlog(last[1], offsets)
     finally:
-        latest.close()
-    return lag, datetime.fromtimestamp(commit.timestamp_ms / 1000, UTC)
+        offsets.close()
 
 
 def inspect(spark: SparkSession, registry: TableRegistry, now: datetime, stall_after_ms: int) -> Health:
     health = Health()
-    health.kafka_lag, last_bronze_batch = kafka_lag_now(spark, registry)
-    if last_bronze_batch is not None:
-        stalled = lag_stall(health.kafka_lag, last_bronze_batch, now, stall_after_ms)
+    try:
+        backlog = kafka_backlog_now(spark, registry)
+    except Exception as error:  # kafka-python raises many kinds: each means "unknown"
+        source = registry.config.source
+        health.stalled.append(f"bronze: Kafka at {source.bootstrap_servers} does not answer ({error})")
+        health.kafka_unknown = True
+        backlog = None
+    if backlog is not None:
+        health.kafka_lag = backlog.lag
+        stalled = backlog.stall(now, stall_after_ms)
         health.stalled += [stalled] if stalled else []
     unread = unread_landing_files(spark, registry)
     health.unread_files = len(unread)
@@ -167,13 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     log.started()
     now = datetime.now(UTC)
     health = inspect(spark, registry, now, stall_after_ms)
-    step = (
-        None
-        if health.unjudged_versions
-        else silver.advance_idle(spark, registry, now, backlog=health.kafka_lag)
-    )
+    # With Kafka's offsets unknown no partition is known to be caught up: no step.
+    busy = health.unjudged_versions or health.kafka_unknown
+    step = None if busy else silver.advance_idle(spark, registry, now, backlog=health.kafka_lag)
     if step is None:
-        moved = "watermark unchanged" if not health.unjudged_versions else "silver busy: watermark left to it"
+        moved = "silver busy: watermark left to it" if health.unjudged_versions else "watermark unchanged"
     else:
         moved = (
             f"watermark {step.watermark_before} -> {step.watermark_after} "

@@ -318,6 +318,11 @@ class InjectedCrash(RuntimeError):
     """A crash point reached with ``TIDEMARK_CRASH_BY=raise``."""
 
 
+# The crash points that raised in this process, in order, so a test can tell its
+# injected crash from any other failure of the job it crashed.
+INJECTED_CRASHES: list[str] = []
+
+
 def trace_write(step: str) -> None:
     """With ``TIDEMARK_TRACE_WRITES`` set, a stderr line for each committed write, so
     a fault-injection test can tell where a kill landed."""
@@ -336,6 +341,7 @@ def crash_point(step: str) -> None:
     if os.environ.get(CRASH_AFTER_VARIABLE) != step:
         return
     if os.environ.get(CRASH_BY_VARIABLE) == "raise":
+        INJECTED_CRASHES.append(step)
         raise InjectedCrash(step)
     os.kill(os.getpid(), signal.SIGKILL)
 

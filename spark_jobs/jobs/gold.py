@@ -21,6 +21,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
+    crash_point,
     delta_txn,
     exit_on_config_error,
     job_parser,
@@ -114,6 +115,7 @@ class GoldBatchWriter(BatchWriter):
         refreshed = refresh_gold(
             self.spark, registry, keys, datetime.now(UTC), (f"{self.app_id}:gold", batch_id)
         )
+        crash_point("gold:gold")
         self.totals.batches += 1
         self.totals.rows_out += refreshed
 

@@ -243,9 +243,9 @@ def finish(spark: SparkSession, registry: TableRegistry, run_id: str, version: i
             merge_silver(spark, registry, plan.partials, plan.starts, txn, now)
     finally:
         plan.partials.unpersist()
-    crash_point("silver")
+    crash_point("merge_late:silver")
     refresh_gold(spark, registry, plan.gold_keys, now)
-    crash_point("gold")
+    crash_point("merge_late:gold")
 
     def mark() -> None:
         DeltaTable.forPath(spark, registry.quarantine.path).update(
@@ -254,6 +254,7 @@ def finish(spark: SparkSession, registry: TableRegistry, run_id: str, version: i
         )
 
     retry_on_conflict(mark, "quarantine mark")
+    crash_point("merge_late:mark")
     return plan.report
 
 
@@ -272,7 +273,7 @@ def merge_late(spark: SparkSession, registry: TableRegistry, window: TimeRange) 
         total.add(finish(spark, registry, run_id, version))
     run_id = uuid.uuid4().hex
     version = claim(spark, registry, run_id, window)
-    crash_point("claim")
+    crash_point("merge_late:claim")
     if version is not None:
         total.add(finish(spark, registry, run_id, version))
     if registry.config.offline is not None:
@@ -293,7 +294,7 @@ def merge_late_tracks(
         if not tracks:
             return MergeReport()
         keys = offline.rederive_keys(spark, registry, late, now)
-        crash_point("status")
+        crash_point("merge_late:rederive")
         _, _, late_table = offline.offline_tables(registry)
 
         def mark() -> None:

@@ -187,7 +187,7 @@ def plan_clocks(
     it is declared (a silent one holds the watermark at -inf). A partition has a
     backlog, and is never idle, while it still has records in a later version (of
     this trigger, or already in bronze beyond it) or the source reported unread
-    input for it (Kafka lag) at this version or a later one."""
+    input for it (Kafka lag) at this version or a later one of the trigger."""
     reports = reports or {}
     versions = sorted({row[0] for row in summary})
     by_version: dict[int, dict[str, PartitionInput]] = {v: {} for v in versions}
@@ -366,7 +366,9 @@ def write_partition_clocks(
                     & (F.col("t.pipeline") == F.col("s.pipeline"))
                     & (F.col("t.source_partition") == F.col("s.source_partition")),
                 )
-                .whenMatchedUpdateAll()
+                # Never back: an idleness step planned before a silver batch committed
+                # must not overwrite the clocks that batch moved on.
+                .whenMatchedUpdateAll(condition=F.col("s.batch_id") >= F.col("t.batch_id"))
                 .whenNotMatchedInsertAll()
                 .execute()
             )
@@ -435,7 +437,9 @@ class SilverBatchWriter(BatchWriter):
                 tracker,
                 summary,
                 backlog_beyond(spark, registry, last_version, latest),
-                source_reports(spark, registry, summary[0][0], latest),
+                # The trigger's own versions only: a replay after a crash, with bronze
+                # grown since, must plan exactly as the first run did.
+                source_reports(spark, registry, summary[0][0], last_version),
             )
             clocks = spark.createDataFrame(
                 [(clock.version, clock.watermark_before) for clock in plan],
@@ -553,7 +557,7 @@ def advance_idle(
     now = _moment(now_ms)
     state = tracker.advance(now_ms, {}, backlog)
     idle_after = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
-    if state.watermark == before and idle_after == idle_before:
+    if state.watermark == before and idle_after == idle_before and saved.unfinished_step_ms is None:
         return None
     # Each check is its own step: its moment is its transaction version.
     app_id = f"idle-{registry.config.name}"

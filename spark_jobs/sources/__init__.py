@@ -5,12 +5,8 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.sources.progress import SourceProgress
+from spark_jobs.sources.progress import REPORT_LOOKBACK, SourceProgress
 from spark_jobs.tables import Commit, TableRegistry, commits, table_version
-
-# How far back from bronze's latest version to look for its last source report
-# (past a few OPTIMIZE or maintenance commits).
-REPORT_LOOKBACK = 20
 
 
 def read_source(spark: SparkSession, registry: TableRegistry) -> DataFrame:

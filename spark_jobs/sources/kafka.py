@@ -4,12 +4,22 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig
-from spark_jobs.sources.progress import SourceProgress, kafka_batch_offsets
+from spark_jobs.sources.progress import (
+    PartitionOffsets,
+    SourceProgress,
+    kafka_batch_offsets,
+    kafka_lag,
+    lag_stall,
+)
 from spark_jobs.tables import read_text
 
 
@@ -43,8 +53,8 @@ class KafkaLatestOffsets:
         self.timeout_ms = timeout_ms
         self._consumer = None
 
-    def __call__(self) -> dict[str, int]:
-        from kafka import KafkaConsumer, TopicPartition
+    def _open(self):
+        from kafka import KafkaConsumer
 
         if self._consumer is None:
             self._consumer = KafkaConsumer(
@@ -53,10 +63,35 @@ class KafkaLatestOffsets:
                 request_timeout_ms=self.timeout_ms,
                 bootstrap_timeout_ms=self.timeout_ms,
             )
-        self._consumer.topics()  # refreshes the cluster metadata
-        partitions = self._consumer.partitions_for_topic(self.topic) or set()
-        ends = self._consumer.end_offsets([TopicPartition(self.topic, p) for p in sorted(partitions)])
+        return self._consumer
+
+    def __call__(self) -> dict[str, int]:
+        from kafka import TopicPartition
+
+        consumer = self._open()
+        consumer.topics()  # refreshes the cluster metadata
+        partitions = consumer.partitions_for_topic(self.topic) or set()
+        ends = consumer.end_offsets([TopicPartition(self.topic, p) for p in sorted(partitions)])
         return {str(partition.partition): offset for partition, offset in ends.items()}
+
+    def record_times(self, offsets: Mapping[str, int]) -> dict[str, int]:
+        """The broker timestamp (epoch ms) of the record at each partition's offset;
+        a partition whose record cannot be read in time (removed by retention, say)
+        is left out."""
+        from kafka import TopicPartition
+
+        consumer = self._open()
+        found = {}
+        for partition, offset in offsets.items():
+            topic_partition = TopicPartition(self.topic, int(partition))
+            consumer.assign([topic_partition])
+            consumer.seek(topic_partition, offset)
+            deadline = time.monotonic() + self.timeout_ms / 1000
+            while partition not in found and time.monotonic() < deadline:
+                fetched = consumer.poll(timeout_ms=500, max_records=1).get(topic_partition, [])
+                if fetched:
+                    found[partition] = fetched[0].timestamp
+        return found
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -77,3 +112,26 @@ def kafka_progress(
         print(f"tidemark bronze: Kafka's latest offsets unknown ({error}); lag not reported", file=sys.stderr)
         latest = {}
     return SourceProgress.of_offsets(end, latest)
+
+
+@dataclass(frozen=True)
+class KafkaBacklog:
+    """Unread input at the topic: records per partition beyond what bronze's last
+    batch consumed, and the broker timestamp of each partition's first unread one."""
+
+    lag: dict[str, int]
+    oldest_unread_ms: dict[str, int]
+
+    def stall(self, now: datetime, stall_after_ms: int) -> str | None:
+        return lag_stall(self.lag, self.oldest_unread_ms, now, stall_after_ms)
+
+
+def kafka_backlog(consumed: SourceProgress, offsets: KafkaLatestOffsets) -> KafkaBacklog:
+    """The topic now against bronze's last report (``consumed``): the one rule the
+    idleness check and the Airflow page both apply."""
+    lag = kafka_lag(consumed, offsets())
+    # A partition added to the topic since bronze's last batch is unread from its start.
+    first_unread = {
+        partition: consumed.partitions.get(partition, PartitionOffsets(0)).end or 0 for partition in lag
+    }
+    return KafkaBacklog(lag, offsets.record_times(first_unread))

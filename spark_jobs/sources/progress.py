@@ -23,11 +23,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from spark_jobs.config import parse_duration
 
 METADATA_KEY = "source_partitions"
+# How far back from bronze's latest version to look for its last report (past a
+# few OPTIMIZE or maintenance commits).
+REPORT_LOOKBACK = 20
 # A Kafka lag whose bronze has not committed for this long is a stalled bronze
 # (the idleness check's default; the Airflow page uses it as it is).
 DEFAULT_STALL_AFTER = "5m"
@@ -41,10 +44,16 @@ class PartitionOffsets:
 
     @property
     def lag(self) -> int:
-        """Records the source holds beyond what bronze consumed (0 when unknown)."""
+        """Records the source holds beyond what bronze consumed (0 without offsets)."""
         if self.end is None or self.latest is None:
             return 0
         return max(self.latest - self.end, 0)
+
+    @property
+    def may_lag(self) -> bool:
+        """Unread input, or a consumed offset whose source end is unknown (the broker
+        did not answer): either way the partition is not known to be caught up."""
+        return self.lag > 0 or (self.end is not None and self.latest is None)
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,8 @@ class SourceProgress:
 
     @property
     def lagging(self) -> set[str]:
-        return {partition for partition, offsets in self.partitions.items() if offsets.lag > 0}
+        """Partitions with unread input, or possibly: backlog, never idle."""
+        return {partition for partition, offsets in self.partitions.items() if offsets.may_lag}
 
     def to_metadata(self) -> str:
         return json.dumps(
@@ -127,14 +137,18 @@ def kafka_lag(consumed: SourceProgress, latest: Mapping[str, int]) -> dict[str, 
 
 
 def lag_stall(
-    lag: Mapping[str, int], last_batch_at: datetime, now: datetime, stall_after_ms: int
+    lag: Mapping[str, int], oldest_unread_ms: Mapping[str, int], now: datetime, stall_after_ms: int
 ) -> str | None:
-    """Why a bronze with Kafka lag is stalled (its last batch is older than the
-    stall limit, so the lag is not shrinking), or None."""
-    if not lag or (now - last_batch_at).total_seconds() * 1000 < stall_after_ms:
+    """Why a bronze with Kafka lag is stalled, or None: stalled once a partition's
+    first unread record is older than the stall limit (a young backlog is no stall,
+    however long bronze has had nothing to read before it)."""
+    if not oldest_unread_ms:
+        return None
+    oldest = min(oldest_unread_ms.values())
+    if now.timestamp() * 1000 - oldest < stall_after_ms:
         return None
     partitions = ", ".join(sorted(lag, key=partition_order))
     return (
-        f"bronze: Kafka lag of {sum(lag.values())} records on partitions {partitions}, "
-        f"and its last batch committed at {last_batch_at:%Y-%m-%d %H:%M:%S} UTC"
+        f"bronze: Kafka lag of {sum(lag.values())} records on partitions {partitions}; the oldest "
+        f"unread record reached Kafka at {datetime.fromtimestamp(oldest / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC"
     )

@@ -46,10 +46,11 @@ def engine_config(
     time_characteristic: str = "event",
     offline: dict | None = None,
     partitions: Sequence[int] = (),
+    gold: dict | None = None,
 ) -> PipelineConfig:
     """A pipeline with a fresh name, so many runs share one lakehouse."""
     return parse_pipeline(
-        engine_document(window, watermark, allowed_lateness, time_characteristic, offline, partitions)
+        engine_document(window, watermark, allowed_lateness, time_characteristic, offline, partitions, gold)
     )
 
 
@@ -60,6 +61,7 @@ def engine_document(
     time_characteristic: str = "event",
     offline: dict | None = None,
     partitions: Sequence[int] = (),
+    gold: dict | None = None,
 ) -> dict:
     """The pipeline file's content, for jobs started by spark-submit; ``partitions``
     are declared up front (``source.partitions``)."""
@@ -77,6 +79,7 @@ def engine_document(
         "allowed_lateness": allowed_lateness,
         "measures": MEASURES,
         "offline": offline,
+        "gold": gold,
     }
 
 

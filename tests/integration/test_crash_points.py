@@ -1,5 +1,6 @@
-"""Every crash point between two writes, deterministically: bronze, silver, offline
-detection, the idleness check's step and the end of input, each crashed right after each of its
+"""Every crash point between two writes, deterministically: bronze, silver, gold,
+offline detection, the idleness check's step, the end of input and the late merge,
+each crashed right after each of its
 writes (``TIDEMARK_CRASH_AFTER``), in the first micro-batch and a later one, with
 and without late records, then run again. Every table must then hold what a run
 without a crash holds, row for row (wall-clock columns aside), and reconcile.
@@ -20,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.generator import land_files
-from spark_jobs.jobs import silver
-from spark_jobs.jobs.common import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, InjectedCrash
+from spark_jobs.jobs import merge_late, silver
+from spark_jobs.jobs.common import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, INJECTED_CRASHES, InjectedCrash
 from spark_jobs.tables import TableRegistry
 from tests.integration.engine import BASE_MS, engine_config, payload, run_job_once, window_pairs_of
 
@@ -53,9 +54,22 @@ SILVER_WRITES = ["silver:windows", "silver:history", "silver:clocks"]
 # but records older than its own watermark-after) and in a later one with late
 # records; bronze's, offline detection's, the idleness step's and the flush's.
 PLAN = {
-    0: ["bronze:bronze", *SILVER_WRITES, "offline:state"],
+    0: ["bronze:bronze", *SILVER_WRITES, "gold:gold", "offline:state"],
     1: ["bronze:rejects", "silver:quarantine", *SILVER_WRITES, "offline:late", "offline:state"],
-    "end": ["idle:fire", "idle:history", "idle:clocks", "flush:fire", "flush:history", "offline:events"],
+    "end": [
+        "idle:fire",
+        "idle:history",
+        "idle:clocks",
+        "flush:fire",
+        "flush:history",
+        "gold:gold",
+        "offline:events",
+        "merge_late:claim",
+        "merge_late:silver",
+        "merge_late:gold",
+        "merge_late:mark",
+        "merge_late:rederive",
+    ],
 }
 
 
@@ -72,6 +86,7 @@ def run_crashing(monkeypatch, steps: list[str], action) -> None:
     as a restarted job would be, then once without a crash."""
     for step in steps:
         crashing(monkeypatch, step)
+        crashes = len(INJECTED_CRASHES)
         try:
             action()
         except InjectedCrash:
@@ -80,6 +95,7 @@ def run_crashing(monkeypatch, steps: list[str], action) -> None:
             raise AssertionError(f"the scenario never reached the crash point {step}")
         finally:
             crashing(monkeypatch, None)
+        assert INJECTED_CRASHES[crashes:] == [step], f"the run failed otherwise than by a crash at {step}"
     action()
 
 
@@ -101,18 +117,26 @@ def scenario(spark, tmp_path, monkeypatch, plan: dict) -> dict:
     step, the end of input and offline detection after it; crashed right after each
     write ``plan`` names for a micro-batch (or "end"), and restarted. Returns the
     tables' contents."""
-    config = engine_config(TUMBLING_10S, WATERMARK, "0s", offline={"timeout": "30m", "key": ["device_id"]})
+    config = engine_config(
+        TUMBLING_10S,
+        WATERMARK,
+        "0s",
+        offline={"timeout": "30m", "key": ["device_id"]},
+        gold={"name": "minutely", "grain": "1m", "group_by": ["region"]},
+    )
     registry = TableRegistry(config, str(tmp_path / config.name))
     batches = [FIRST, LATER]
     for index, records in enumerate(batches):
         lines = [json.dumps(record) for record in records]
         land_files([[*lines, MALFORMED] if index else lines], registry.landing_path, "json")
-        for job in ("bronze", "silver", "offline"):
+        for job in ("bronze", "silver", "gold", "offline"):
             run_crashing(monkeypatch, crash_in(plan, index, job), stream(spark, registry, job))
     for what, action in (
         ("idle", lambda: silver.advance_idle(spark, registry, datetime.now(UTC))),
         ("flush", lambda: silver.flush(spark, registry)),
+        ("gold", stream(spark, registry, "gold")),
         ("offline", stream(spark, registry, "offline")),
+        ("merge_late", lambda: merge_late.merge_late(spark, registry, merge_late.TimeRange())),
     ):
         run_crashing(monkeypatch, crash_in(plan, "end", what), action)
     return tables(spark, registry, [record for batch in batches for record in batch])
@@ -149,6 +173,17 @@ def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
             "lateness_ms",
             "status",
         ),
+        # A rerun finishes an interrupted merge; it does not start a second one.
+        "merge_runs": rows(registry.quarantine.path, "count(DISTINCT merge_run_id)"),
+        "gold": rows(
+            registry.gold.path,
+            "unix_millis(grain_start)",
+            "region",
+            "record_count",
+            "window_count",
+            "key_count",
+            *registry.config.measure_columns,
+        ),
         "history": rows(
             registry.ops["watermark_history"].path,
             "watermark",
@@ -175,11 +210,16 @@ def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
             where=pipeline,
         ),
     }
-    # Nothing lost, nothing doubled: every input line is a reject or a bronze row, and
-    # every (record, window) pair is counted once, in silver or in the quarantine.
+    # Nothing lost, nothing doubled: every input line is a reject or a bronze row; every
+    # (record, window) pair is counted once, on time in silver or in the quarantine; and
+    # silver holds each merged quarantine row once more, as a late-merged record.
     assert sum(contents["bronze"].values()) + sum(contents["rejects"].values()) == len(records) + 1
-    counted = sum(row[3] * n for row, n in contents["silver"].items())
-    assert counted + sum(contents["quarantine"].values()) == window_pairs_of(registry.config, records)
+    silver_table = spark.read.format("delta").load(registry.silver.path)
+    counted, late_merged = silver_table.selectExpr("sum(record_count)", "sum(late_merged_count)").first()
+    quarantined = sum(contents["quarantine"].values())
+    assert counted - late_merged + quarantined == window_pairs_of(registry.config, records)
+    merged = sum(n for row, n in contents["quarantine"].items() if row[-1] == "merged")
+    assert late_merged == merged
     return contents
 
 
@@ -188,9 +228,9 @@ def test_a_crash_right_after_any_write_then_a_restart_leaves_the_tables_of_a_run
 ):
     uncrashed = scenario(spark, tmp_path / "uncrashed", monkeypatch, {})
     # The scenario means what it says: one late record (and track) in the later batch,
-    # and status events once the input ends.
-    assert sum(uncrashed["quarantine"].values()) == 1
-    assert sum(uncrashed["late_tracks"].values()) == 1
+    # merged by the late merge, and status events once the input ends.
+    assert [row[-1] for row in uncrashed["quarantine"].elements()] == ["merged"]
+    assert [row[-1] for row in uncrashed["late_tracks"].elements()] == ["merged"]
     assert uncrashed["status_events"], "the end of input must emit status events"
 
     crashed = scenario(spark, tmp_path / "crashed", monkeypatch, PLAN)

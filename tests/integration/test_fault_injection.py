@@ -67,20 +67,23 @@ def has_written(job: str, log: Path) -> bool:
     return bool(done) if job == "check_idle" else any(not w.startswith("runs:") for w in done)
 
 
-def start(job: str, pipeline: Path, lakehouse: Path, log: Path) -> subprocess.Popen:
+def start(job: str, pipeline: Path, lakehouse: Path, log: Path, started: list) -> subprocess.Popen:
+    """Start ``job``, remembered in ``started`` so that nothing outlives the test."""
     args = CONTINUOUS if job in STREAM_KILLS else ARGUMENTS.get(job, ())
     with log.open("w") as output:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             job_command(job, pipeline, lakehouse, *args),
             env={**submit_env(), TRACE_WRITES_VARIABLE: "1"},
             stdout=output,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # kill -9 takes the JVM and its Python driver
         )
+    started.append(process)
+    return process
 
 
 def kill_after_writes(
-    job: str, kills: int, pipeline: Path, lakehouse: Path, landed: list
+    job: str, kills: int, pipeline: Path, lakehouse: Path, landed: list, started: list
 ) -> subprocess.Popen:
     """Kill ``job`` ``kills`` times, each at a seeded moment after its first write
     since its (re)start; a batch job that finishes first is started again. Returns
@@ -88,7 +91,7 @@ def kill_after_writes(
     rng = random.Random(f"{SEED}-{job}")
     for attempt in range(6 * kills):
         log = lakehouse.parent / f"{job}-{attempt}.log"
-        process = start(job, pipeline, lakehouse, log)
+        process = start(job, pipeline, lakehouse, log, started)
         if sum(1 for kill in landed if kill[0] == job) == kills:
             return process
         deadline = time.monotonic() + WRITE_TIMEOUT_S
@@ -139,12 +142,12 @@ def test_twenty_kill_9s_each_after_a_write_across_every_job_lose_and_double_noth
     landing_thread = threading.Thread(target=keep_landing)
     landing_thread.start()
     landed: list[tuple[str, str]] = []
-    running: dict[str, subprocess.Popen] = {}
+    started: list[subprocess.Popen] = []
     errors: list[BaseException] = []
 
     def storm(job: str) -> None:
         try:
-            running[job] = kill_after_writes(job, STREAM_KILLS[job], pipeline, lakehouse, landed)
+            kill_after_writes(job, STREAM_KILLS[job], pipeline, lakehouse, landed, started)
         except BaseException as error:  # reported by the main thread
             errors.append(error)
 
@@ -157,19 +160,18 @@ def test_twenty_kill_9s_each_after_a_write_across_every_job_lose_and_double_noth
         streams_done.set()
         assert not errors, errors
         for job, kills in BATCH_KILLS.items():  # beside the live streams
-            finished = kill_after_writes(job, kills, pipeline, lakehouse, landed)
+            finished = kill_after_writes(job, kills, pipeline, lakehouse, landed, started)
             assert finished.wait(timeout=600) == 0, f"{job} failed after its kills"
     finally:
         streams_done.set()
         landing_thread.join()
-        for process in running.values():
+        for process in started:
             if process.poll() is None:
                 kill_hard(process)
 
     for job, write in landed:
         print(f"kill -9 {job:<10} after {write}")
-    assert Counter(job for job, _ in landed) == {**STREAM_KILLS, **BATCH_KILLS}
-    assert len(landed) >= 20
+    assert Counter(job for job, _ in landed) == {**STREAM_KILLS, **BATCH_KILLS}  # 20 kills
     # The restarts after the last kills run every job to the end of its input.
     run_job("bronze", pipeline, lakehouse)
     run_job("silver", pipeline, lakehouse, "--trigger", "available-now", "--flush")

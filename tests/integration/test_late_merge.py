@@ -14,13 +14,11 @@ from spark_jobs.config import load_pipeline
 from spark_jobs.generator import START_MS, FleetSpec, generate, write_landing
 from spark_jobs.jobs import gold, merge_late
 from spark_jobs.jobs import silver as silver_job
-from spark_jobs.jobs.common import CRASH_AFTER_VARIABLE, JobContext
+from spark_jobs.jobs.common import JobContext
 from spark_jobs.jobs.replay import replay
-from spark_jobs.submit import submit_env
 from spark_jobs.tables import TableRegistry, join
 from tests.integration.conftest import (
     delta_commits,
-    job_command,
     kill_hard,
     registry_for,
     run_job,
@@ -157,33 +155,6 @@ def test_after_the_late_merge_silver_and_gold_equal_a_batch_computation_over_bro
     context = JobContext("gold", registry.config, registry, "available-now", 1_000, checkpoint)
     assert gold.run(spark, context) == 0
     assert engine_gold(spark, registry) == batch_gold(spark, registry)
-
-
-def test_a_merge_killed_after_any_step_and_run_again_counts_every_late_record_once(spark, tmp_path):
-    pipeline, registry = replayed_fleet(spark, tmp_path, devices=3, duration_ms=30 * 60_000)
-    lakehouse = Path(registry.root)
-    pending = quarantine_by_status(spark, registry)["pending"]
-    assert pending > 5
-    # Each run dies right after one step; the next run first finishes what it left.
-    for step in ("claim", "silver", "gold"):
-        died = subprocess.run(
-            job_command("merge_late", pipeline, lakehouse),
-            env={**submit_env(), CRASH_AFTER_VARIABLE: step},
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert died.returncode != 0, f"the merge survived its crash after {step}"
-        assert quarantine_by_status(spark, registry) == {"pending": pending}
-        claimed = spark.sql(
-            f"SELECT count(DISTINCT merge_run_id) FROM delta.`{registry.quarantine.path}`"
-        ).first()[0]
-        assert claimed == 1, "a rerun must finish the interrupted claim, not start a second one"
-    run_job("merge_late", pipeline, lakehouse, streaming=False)
-    assert quarantine_by_status(spark, registry) == {"merged": pending}
-    assert engine_silver(spark, registry) == batch_silver(spark, registry)
-    assert engine_gold(spark, registry) == batch_gold(spark, registry)
-    assert_reconciles(spark, registry)
 
 
 def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(spark, tmp_path):

@@ -68,11 +68,24 @@ def test_kafka_lag_now_compares_the_topic_with_bronzes_last_report():
     assert kafka_lag(consumed, {"0": 10, "1": 26, "2": 4}) == {"1": 6, "2": 4}
 
 
-def test_lag_is_a_stall_only_once_bronze_has_not_committed_for_the_stall_limit():
-    last = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
-    assert lag_stall({"3": 9}, last, last + timedelta(seconds=59), 60_000) is None
-    assert lag_stall({}, last, last + timedelta(hours=1), 60_000) is None
-    assert "9 records on partitions 3" in lag_stall({"3": 9}, last, last + timedelta(minutes=1), 60_000)
+def test_lag_is_a_stall_once_the_first_unread_record_is_older_than_the_stall_limit():
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    minute_ago = int((now - timedelta(minutes=1)).timestamp() * 1000)
+    assert lag_stall({"3": 9}, {"3": minute_ago}, now, 61_000) is None
+    assert "9 records on partitions 3" in lag_stall({"3": 9}, {"3": minute_ago}, now, 60_000)
+
+
+def test_a_young_lag_after_a_long_quiet_topic_is_no_stall():
+    # Bronze last committed hours ago (nothing to read); one record arrived a second ago.
+    now = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
+    second_ago = int(now.timestamp() * 1000) - 1_000
+    assert lag_stall({"0": 1}, {"0": second_ago}, now, 60_000) is None
+
+
+def test_a_partition_whose_latest_offset_is_unknown_is_not_known_to_be_caught_up():
+    report = SourceProgress.of_offsets({"0": 5, "1": 7}, {"0": 5})
+    assert report.lagging == {"1"}
+    assert SourceProgress.declared(["0"]).lagging == set()
 
 
 def test_known_and_lagging_partitions_are_unions_over_reports():
