@@ -30,6 +30,7 @@ from tests.integration.conftest import (
     kill_hard,
     registry_for,
     run_job,
+    wait_for,
     write_pipeline,
 )
 from tests.integration.lakehouse_sql import (
@@ -44,16 +45,20 @@ from tests.integration.test_late_merge import assert_reconciles, quarantine_by_s
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 SEED = 20261124
-CONTINUOUS = ("--trigger", "continuous", "--interval", "500ms")
-STREAM_KILLS = {"bronze": 5, "silver": 5, "gold": 3, "offline": 3}
-# Beside the live streams, after theirs: a kill needs a write since the start, which
-# the check's is its run-log row (it steps the watermark only when partitions idle).
-BATCH_KILLS = {"merge_late": 2, "check_idle": 2}
+# Four streams on two cores: a 2 s trigger keeps their overhead from starving each other.
+CONTINUOUS = ("--trigger", "continuous", "--interval", "2s")
+# Every job is killed in a thread of its own, all at once. Offline detection writes only
+# when silver has moved, after a heavy first batch: its kill comes slowest.
+STREAM_KILLS = {"bronze": 7, "silver": 7, "gold": 2, "offline": 1}
+# Beside the live streams, once the quarantine has rows to merge: a kill needs a write
+# since the start, which the check's is its run-log row (it steps only when partitions idle).
+BATCH_KILLS = {"merge_late": 2, "check_idle": 1}
+BATCH_KILLS_AFTER = 6  # stream kills landed first
 ARGUMENTS = {"check_idle": ("--stall-after", "1h")}  # a backlog mid-storm is no stall
-SECONDS_AFTER_A_WRITE = (0.0, 2.0)
-WRITE_TIMEOUT_S = 300
+SECONDS_AFTER_PROGRESS = (0.0, 3.0)
+WRITE_TIMEOUT_S = 600
 RECORDS_PER_FILE = 20
-LANDING_RATE = 6.0  # records per second while the kills land
+LANDING_RATE = 3.0  # records per second while the kills land: landing outlasts the storm
 
 
 def writes(log: Path) -> list[str]:
@@ -61,10 +66,23 @@ def writes(log: Path) -> list[str]:
     return re.findall(r"^tidemark: wrote (\S+)$", log.read_text(errors="replace"), re.MULTILINE)
 
 
-def has_written(job: str, log: Path) -> bool:
-    """A stream must have written data (its run-log row comes before any work)."""
-    done = writes(log)
-    return bool(done) if job == "check_idle" else any(not w.startswith("runs:") for w in done)
+def committed_batches(checkpoint: Path) -> int:
+    commits = checkpoint / "commits"
+    return sum(1 for path in commits.iterdir() if path.name.isdigit()) if commits.exists() else 0
+
+
+def progress(job: str, lakehouse: Path, pipeline: str):
+    """Whether ``job`` has committed work since now. A stream: a micro-batch logged as
+    done in its checkpoint (a replayed batch's writes are skipped by their txn ids, so
+    a write alone is no progress, and a stream killed each time after one would never
+    move). The merge: a data write (its run-log row comes first). The check: any write."""
+    if job in STREAM_KILLS:
+        checkpoint = lakehouse / "_checkpoints" / pipeline / job
+        before = committed_batches(checkpoint)
+        return lambda log: committed_batches(checkpoint) > before
+    if job == "merge_late":
+        return lambda log: any(not write.startswith("runs:") for write in writes(log))
+    return lambda log: bool(writes(log))
 
 
 def start(job: str, pipeline: Path, lakehouse: Path, log: Path, started: list) -> subprocess.Popen:
@@ -82,31 +100,32 @@ def start(job: str, pipeline: Path, lakehouse: Path, log: Path, started: list) -
     return process
 
 
-def kill_after_writes(
+def kill_after_progress(
     job: str, kills: int, pipeline: Path, lakehouse: Path, landed: list, started: list
 ) -> subprocess.Popen:
-    """Kill ``job`` ``kills`` times, each at a seeded moment after its first write
-    since its (re)start; a batch job that finishes first is started again. Returns
-    the job's last (re)start, left running for a stream."""
+    """Kill ``job`` ``kills`` times, each at a seeded moment after it has committed
+    work since its (re)start (see :func:`progress`); a batch job that finishes first
+    is started again. Returns the job's last (re)start, left running for a stream."""
     rng = random.Random(f"{SEED}-{job}")
     for attempt in range(6 * kills):
         log = lakehouse.parent / f"{job}-{attempt}.log"
+        progressed = progress(job, lakehouse, pipeline.stem)
         process = start(job, pipeline, lakehouse, log, started)
         if sum(1 for kill in landed if kill[0] == job) == kills:
             return process
         deadline = time.monotonic() + WRITE_TIMEOUT_S
-        while not has_written(job, log) and process.poll() is None:
-            assert time.monotonic() < deadline, f"{job} wrote nothing in {WRITE_TIMEOUT_S} s: {log}"
+        while not progressed(log) and process.poll() is None:
+            assert time.monotonic() < deadline, f"{job} made no progress in {WRITE_TIMEOUT_S} s: {log}"
             time.sleep(0.2)
         if process.poll() is None:
-            time.sleep(rng.uniform(*SECONDS_AFTER_A_WRITE))
+            time.sleep(rng.uniform(*SECONDS_AFTER_PROGRESS))
         if process.poll() is None:
             kill_hard(process)
-            landed.append((job, writes(log)[-1]))
+            landed.append((job, (writes(log) or ["nothing"])[-1]))
         else:
             assert process.returncode == 0, f"{job} failed on its own:\n{log.read_text()[-4000:]}"
             assert job in BATCH_KILLS, f"the {job} stream stopped on its own: {log}"
-    raise AssertionError(f"{job}: fewer than {kills} kills landed after a write in {6 * kills} runs")
+    raise AssertionError(f"{job}: fewer than {kills} kills landed after progress in {6 * kills} runs")
 
 
 def test_twenty_kill_9s_each_after_a_write_across_every_job_lose_and_double_nothing(spark, tmp_path):
@@ -129,14 +148,14 @@ def test_twenty_kill_9s_each_after_a_write_across_every_job_lose_and_double_noth
     manifest = Manifest.of(fleet)
     head = len(fleet) // 4
     write_landing(fleet[:head], landing, RECORDS_PER_FILE)
-    streams_done = threading.Event()
+    storm_done = threading.Event()
 
     def keep_landing() -> None:
         # Paced while the stream kills land; whatever is left lands at once after.
         for start_at in range(head, len(fleet), RECORDS_PER_FILE):
             files = fleet[start_at : start_at + RECORDS_PER_FILE]
             write_landing(
-                files, landing, RECORDS_PER_FILE, rate=None if streams_done.is_set() else LANDING_RATE
+                files, landing, RECORDS_PER_FILE, rate=None if storm_done.is_set() else LANDING_RATE
             )
 
     landing_thread = threading.Thread(target=keep_landing)
@@ -147,23 +166,24 @@ def test_twenty_kill_9s_each_after_a_write_across_every_job_lose_and_double_noth
 
     def storm(job: str) -> None:
         try:
-            kill_after_writes(job, STREAM_KILLS[job], pipeline, lakehouse, landed, started)
+            if job in BATCH_KILLS:
+                wait_for(lambda: len(landed) >= BATCH_KILLS_AFTER, WRITE_TIMEOUT_S, "the first stream kills")
+                finished = kill_after_progress(job, BATCH_KILLS[job], pipeline, lakehouse, landed, started)
+                assert finished.wait(timeout=WRITE_TIMEOUT_S) == 0, f"{job} failed after its kills"
+            else:
+                kill_after_progress(job, STREAM_KILLS[job], pipeline, lakehouse, landed, started)
         except BaseException as error:  # reported by the main thread
             errors.append(error)
 
-    threads = [threading.Thread(target=storm, args=(job,)) for job in STREAM_KILLS]
+    threads = [threading.Thread(target=storm, args=(job,)) for job in [*STREAM_KILLS, *BATCH_KILLS]]
     try:
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        streams_done.set()
         assert not errors, errors
-        for job, kills in BATCH_KILLS.items():  # beside the live streams
-            finished = kill_after_writes(job, kills, pipeline, lakehouse, landed, started)
-            assert finished.wait(timeout=600) == 0, f"{job} failed after its kills"
     finally:
-        streams_done.set()
+        storm_done.set()
         landing_thread.join()
         for process in started:
             if process.poll() is None:
