@@ -37,7 +37,6 @@ TRIGGERS = ("continuous", "available-now")
 CONFLICT_ATTEMPTS = 10
 CRASH_AFTER_VARIABLE = "TIDEMARK_CRASH_AFTER"
 CRASH_BY_VARIABLE = "TIDEMARK_CRASH_BY"
-TRACE_WRITES_VARIABLE = "TIDEMARK_TRACE_WRITES"
 # Delta's optimistic-concurrency failures: another writer committed first. Each
 # is safe to retry from a fresh snapshot (a txn-guarded write that the other
 # writer already made is then skipped).
@@ -239,7 +238,6 @@ class RunLog:
         )
         table = self.registry.ops["runs"]
         self.spark.createDataFrame([row], table.schema).write.format("delta").mode("append").save(table.path)
-        trace_write(f"runs:{status}")
 
     def started(self) -> None:
         self._append("running", RunTotals(), None, None)
@@ -323,13 +321,6 @@ class InjectedCrash(RuntimeError):
 INJECTED_CRASHES: list[str] = []
 
 
-def trace_write(step: str) -> None:
-    """With ``TIDEMARK_TRACE_WRITES`` set, a stderr line for each committed write, so
-    a fault-injection test can tell where a kill landed."""
-    if os.environ.get(TRACE_WRITES_VARIABLE):
-        print(f"tidemark: wrote {step}", file=sys.stderr, flush=True)
-
-
 def crash_point(step: str) -> None:
     """Fault injection for crash tests, right after a write: with
     ``TIDEMARK_CRASH_AFTER=<step>`` this process dies by SIGKILL here, as a kill -9
@@ -337,7 +328,6 @@ def crash_point(step: str) -> None:
     :class:`InjectedCrash` instead, so tests can crash a job run in their own session:
     the tables and the checkpoint are left as a kill leaves them (what committed stays,
     the micro-batch is replayed)."""
-    trace_write(step)
     if os.environ.get(CRASH_AFTER_VARIABLE) != step:
         return
     if os.environ.get(CRASH_BY_VARIABLE) == "raise":
