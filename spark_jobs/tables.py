@@ -14,8 +14,11 @@ resolved once here, so nothing else joins paths.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +42,9 @@ from spark_jobs.config import PipelineConfig
 
 CHANGE_FEED = ("delta.enableChangeDataFeed", "true")
 CREATE_ATTEMPTS = 4
+# Held while tables are created in a local lakehouse (see ``creation_lock``).
+CREATION_LOCK = ".tidemark-create.lock"
+FIRST_COMMIT = "00000000000000000000.json"
 LAYERS = ("bronze", "silver", "quarantine", "gold", "ops")
 
 SPARK_TYPES: dict[str, DataType] = {
@@ -358,8 +364,53 @@ class TableRegistry:
         return [table for table in own if table is not None] + list(self._ops.values())
 
     def create_missing(self, spark: SparkSession) -> list[TableRef]:
-        """Create every table that does not exist yet; returns the ones created."""
-        return [table for table in self.all() if create_if_missing(spark, table)]
+        """Create every table that does not exist yet; returns the ones created.
+        When they all exist (every start but the first) this costs a few file
+        lookups a table, and no Delta snapshot."""
+        missing = [table for table in self.all() if not has_commits(spark, table.path)]
+        if not missing:
+            return []
+        with creation_lock(self.root):
+            return [table for table in missing if create_if_missing(spark, table)]
+
+
+def has_commits(spark: SparkSession, path: str) -> bool:
+    """Whether the table's log holds a commit or a checkpoint, without loading a
+    snapshot. Only a log whose first commit was cleaned up and that has no
+    ``_last_checkpoint`` is looked at the slow way."""
+    filesystem, log = hadoop_file(spark, path, "_delta_log")
+    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
+    if not filesystem.exists(log):
+        return False
+    if filesystem.exists(hadoop_path(log, FIRST_COMMIT)) or filesystem.exists(
+        hadoop_path(log, "_last_checkpoint")
+    ):
+        return True
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, path)
+
+
+@contextmanager
+def creation_lock(root: str) -> Iterator[None]:
+    """Serialise table creation among the jobs of one machine's lakehouse.
+
+    Delta commits to a local folder through a check-then-rename of the commit file
+    and of its ``.crc`` beside it, with no lock between JVMs: two jobs creating the
+    same table at the same instant can leave version 0 from one and its checksum
+    from the other (``ChecksumException`` for every later reader). Object stores
+    are left to Delta's LogStore for their scheme."""
+    if "://" in root and not root.startswith("file:"):
+        yield
+        return
+    folder = root.removeprefix("file://").removeprefix("file:")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, CREATION_LOCK), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def create_if_missing(spark: SparkSession, table: TableRef) -> bool:

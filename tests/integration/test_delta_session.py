@@ -1,5 +1,6 @@
 """The session factory gives a Delta-enabled Spark with the jars resolved at setup."""
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ from spark_jobs.tables import (
     LAYERS,
     TableRegistry,
     create_if_missing,
+    creation_lock,
     discard_unfinished_creation,
+    has_commits,
     ops_tables,
     table_version,
 )
@@ -145,3 +148,19 @@ def test_a_table_with_commits_is_never_discarded(spark, tmp_path):
     assert create_if_missing(spark, table) is True
     assert discard_unfinished_creation(spark, table.path) is False
     assert create_if_missing(spark, table) is False
+
+
+def test_table_creation_waits_for_another_job_creating_tables_in_the_same_lakehouse(spark, tmp_path):
+    # Two JVMs committing version 0 of one table together corrupt its log (the
+    # commit of one, the checksum of the other): creation is serialised per lakehouse.
+    registry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(tmp_path))
+    created: list = []
+    with creation_lock(registry.root):
+        creating = threading.Thread(target=lambda: created.extend(registry.create_missing(spark)))
+        creating.start()
+        creating.join(timeout=3)
+        assert creating.is_alive()
+        assert not any(has_commits(spark, table.path) for table in registry.all())
+    creating.join(timeout=120)
+    assert {t.sql_name for t in created} == {t.sql_name for t in registry.all()}
+    assert all(has_commits(spark, table.path) for table in registry.all())
