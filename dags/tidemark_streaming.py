@@ -5,6 +5,11 @@
 - **continuous** (trigger by hand): the four streams run side by side until
   stopped; a failed stream exits 1 and its task's retries restart it, and a stream
   that is alive but stalled is killed by its watchdog, so the same retries apply.
+
+By default the four streams are queries of one Spark application (`tidemark run`,
+one task: one JVM start-up instead of four, and a failed query fails the task).
+Turn `one_application` off to submit each stream on its own (scale-out on a
+cluster); both keep each stream's checkpoint, so a pipeline can move between them.
 """
 
 from datetime import timedelta
@@ -33,15 +38,21 @@ STREAMS = ("bronze", "silver", "gold", "offline")
             "available-now", enum=["available-now", "continuous"], description="how the streams run"
         ),
         "interval": Param("10s", type="string", description="continuous mode: micro-batch interval"),
+        "one_application": Param(
+            True,
+            type="boolean",
+            description="the four streams as queries of one Spark application (off: a submit each)",
+        ),
     },
     **dag_settings("streaming"),
 )
 def tidemark_streaming() -> None:
     @task.branch
     def choose_mode(params: dict | None = None) -> list[str]:
-        if params["mode"] == "continuous":
-            return [f"continuous.{job}" for job in STREAMS]
-        return ["available_now.bronze"]
+        group = "continuous" if params["mode"] == "continuous" else "available_now"
+        if params["one_application"]:
+            return [f"{group}.pipeline"]
+        return [f"continuous.{job}" for job in STREAMS] if group == "continuous" else ["available_now.bronze"]
 
     with TaskGroup("available_now") as available_now:
         drained = {
@@ -54,17 +65,32 @@ def tidemark_streaming() -> None:
             for job in STREAMS
         }
         drained["bronze"] >> drained["silver"] >> [drained["gold"], drained["offline"]]
+        TidemarkJobOperator(
+            task_id="pipeline",
+            job="run",
+            job_args=[*PIPELINE_ARGS, "--trigger", "available-now"],
+            outlets=[GOLD_ASSET, STATUS_ASSET],
+        )
 
     with TaskGroup("continuous") as continuous:
+        continuous_args = [*PIPELINE_ARGS, "--trigger", "continuous", "--interval", "{{ params.interval }}"]
         for job in STREAMS:
             SupervisedStreamOperator(
                 task_id=job,
                 job=job,
-                job_args=[*PIPELINE_ARGS, "--trigger", "continuous", "--interval", "{{ params.interval }}"],
+                job_args=continuous_args,
                 checkpoint=f"{{{{ checkpoint_of(params.pipeline, '{job}') }}}}",
                 stall_after=timedelta(minutes=15),
                 retries=5,
             )
+        SupervisedStreamOperator(
+            task_id="pipeline",
+            job="run",
+            job_args=continuous_args,
+            checkpoint="{{ checkpoint_of(params.pipeline) }}",
+            stall_after=timedelta(minutes=15),
+            retries=5,
+        )
 
     choose_mode() >> [available_now, continuous]
 

@@ -71,6 +71,7 @@ def _row_counts(spark: SparkSession, registry: TableRegistry) -> dict[str, str]:
 
 
 JOBS = {
+    "run": "a pipeline's bronze, silver, gold and offline streams as queries of one Spark application",
     "bronze": "ingest a pipeline's source into bronze and ops.rejects (streaming)",
     "silver": "event-time windows, quarantine and watermarks from bronze (streaming)",
     "gold": "the gold rollup of fired and closed silver windows (streaming)",

@@ -2,7 +2,9 @@
 
 A micro-batch writes ``offsets/<id>`` when it starts and ``commits/<id>`` when
 it is done. A batch whose offsets are older than the stall limit with no commit
-means the stream is alive but stuck (a hung task, a lost executor, a lock)."""
+means the stream is alive but stuck (a hung task, a lost executor, a lock). An
+application that runs several queries (``tidemark run``) is watched through the
+folder holding their checkpoints."""
 
 from __future__ import annotations
 
@@ -35,3 +37,17 @@ def stalled_batch(checkpoint: str, stall_after: timedelta, now: float | None = N
     if running_for < stall_after.total_seconds():
         return None
     return f"micro-batch {latest} started {running_for:.0f} s ago and has not committed"
+
+
+def stalled_query(folder: str, stall_after: timedelta, now: float | None = None) -> str | None:
+    """:func:`stalled_batch` of the checkpoint at ``folder``, or, when ``folder``
+    holds several queries' checkpoints (a pipeline's), of the first of them stalled,
+    named."""
+    if os.path.isdir(os.path.join(folder, "offsets")) or not os.path.isdir(folder):
+        return stalled_batch(folder, stall_after, now)
+    for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+        if entry.is_dir() and os.path.isdir(os.path.join(entry.path, "offsets")):
+            reason = stalled_batch(entry.path, stall_after, now)
+            if reason is not None:
+                return f"{entry.name}: {reason}"
+    return None

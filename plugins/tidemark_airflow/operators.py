@@ -27,7 +27,7 @@ from spark_jobs.config import load_pipeline
 from spark_jobs.session import is_local_master, spark_conf
 from spark_jobs.submit import job_script, package_zip
 from spark_jobs.tables import join, lakehouse_root
-from tidemark_airflow.health import stalled_batch
+from tidemark_airflow.health import stalled_query
 
 SPARK_CONN_ID = "tidemark_spark"
 DEFAULT_ARGS = {"owner": "tidemark", "retries": 2, "retry_delay": timedelta(seconds=30)}
@@ -57,10 +57,11 @@ def pipeline_param(default: str = "telemetry") -> Param:
     )
 
 
-def checkpoint_of(pipeline: str, job: str) -> str:
-    """Where a streaming job keeps its checkpoint by default (jobs/common.py)."""
+def checkpoint_of(pipeline: str, job: str | None = None) -> str:
+    """Where a streaming job keeps its checkpoint by default (jobs/common.py); with
+    no job, the folder of the pipeline's checkpoints (``tidemark run``'s queries)."""
     config = load_pipeline(pipeline_file(pipeline))
-    return join(lakehouse_root(), "_checkpoints", config.name, job)
+    return join(lakehouse_root(), "_checkpoints", config.name, *([job] if job else []))
 
 
 class TidemarkJobOperator(SparkSubmitOperator):
@@ -118,7 +119,8 @@ class TidemarkJobOperator(SparkSubmitOperator):
 class SupervisedStreamOperator(TidemarkJobOperator):
     """A long-running stream with a watchdog. A stream that is alive but stuck
     (a micro-batch started and not committed within ``stall_after``) is killed,
-    so the task fails and its retries restart the stream from its checkpoint."""
+    so the task fails and its retries restart the stream from its checkpoint.
+    ``checkpoint`` is the stream's, or the folder of an application's queries'."""
 
     template_fields: Sequence[str] = (*TidemarkJobOperator.template_fields, "checkpoint")
 
@@ -136,7 +138,7 @@ class SupervisedStreamOperator(TidemarkJobOperator):
 
         def watch() -> None:
             while not done.wait(self.poll_interval):
-                reason = stalled_batch(self.checkpoint, self.stall_after)
+                reason = stalled_query(self.checkpoint, self.stall_after)
                 if reason is not None and self._hook is not None:
                     stalled.append(reason)
                     self.log.error("stream stalled: %s; killing it so the task retries", reason)

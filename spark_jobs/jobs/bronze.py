@@ -14,13 +14,13 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs.config import ConfigError, PipelineConfig
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
     RunTotals,
+    Stream,
     crash_point,
     exit_on_config_error,
     job_parser,
@@ -135,20 +135,24 @@ def check_timezone(spark: SparkSession, config: PipelineConfig) -> None:
         ) from None
 
 
-def run(spark: SparkSession, context: JobContext) -> int:
-    """Run bronze in this session (replays and benchmarks share one session)."""
+def stream(spark: SparkSession, context: JobContext) -> Stream:
+    """Bronze's query in this session, ready to start."""
     check_timezone(spark, context.registry.config)
     context.registry.create_missing(spark)
     totals = RunTotals()
     writer = BronzeBatchWriter(spark, context, totals)
+    return Stream(
+        spark,
+        context,
+        lambda: start_stream(read_source(spark, context.registry), context, writer),
+        totals,
+        writer.close,
+    )
 
-    def query() -> StreamingQuery:
-        return start_stream(read_source(spark, context.registry), context, writer)
 
-    try:
-        return run_stream(spark, context, query, totals)
-    finally:
-        writer.close()
+def run(spark: SparkSession, context: JobContext) -> int:
+    """Run bronze in this session (replays and benchmarks share one session)."""
+    return run_stream(stream(spark, context))
 
 
 if __name__ == "__main__":

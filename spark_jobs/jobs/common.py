@@ -4,6 +4,7 @@ and the app id that makes Delta writes idempotent under batch replays."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -26,6 +27,7 @@ from delta.exceptions import (
     DeltaConcurrentModificationException,
     MetadataChangedException,
 )
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -37,6 +39,7 @@ TRIGGERS = ("continuous", "available-now")
 CONFLICT_ATTEMPTS = 10
 CRASH_AFTER_VARIABLE = "TIDEMARK_CRASH_AFTER"
 CRASH_BY_VARIABLE = "TIDEMARK_CRASH_BY"
+TRACE_WRITES_VARIABLE = "TIDEMARK_TRACE_WRITES"
 # Delta's optimistic-concurrency failures: another writer committed first. Each
 # is safe to retry from a fresh snapshot (a txn-guarded write that the other
 # writer already made is then skipped).
@@ -246,42 +249,87 @@ class RunLog:
         self._append(status, totals, message, datetime.now(UTC))
 
 
-def run_stream(
-    spark: SparkSession, context: JobContext, query_factory: Callable[[], StreamingQuery], totals: RunTotals
-) -> int:
-    """Start the query, wait for it, log the run; SIGTERM (Airflow's on_kill) stops it
-    cleanly. Returns the process exit code: 1 when the stream failed."""
-    log = RunLog(spark, context.job, context.registry)
-    log.started()
-    query = query_factory()
-    stopped = []
+@dataclass
+class Stream:
+    """A job's streaming query, ready to start: what a driver needs to run it, alone
+    or beside the other jobs of its pipeline."""
 
-    def stop(signum: int, frame: object) -> None:
-        stopped.append(signum)
-        query.stop()
-
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        query.awaitTermination()
-    except Exception as error:  # the stream failed: log it and let the orchestrator retry
-        log.ended("failed", totals, str(error)[:2000])
-        return 1
-    log.ended("stopped" if stopped else "succeeded", totals)
-    return 0
+    spark: SparkSession
+    context: JobContext
+    start: Callable[[], StreamingQuery]
+    totals: RunTotals
+    close: Callable[[], None] = lambda: None
 
 
-def run_writer_stream(
+def writer_stream(
     spark: SparkSession,
     context: JobContext,
     source: Callable[[], DataFrame],
     writer_type: Callable[[SparkSession, JobContext, RunTotals], BatchWriter],
-) -> int:
-    """Create the pipeline's missing tables, then run ``source`` through a
-    ``foreachBatch`` writer of ``writer_type`` as a logged run."""
+) -> Stream:
+    """Create the pipeline's missing tables; the stream runs ``source`` through a
+    ``foreachBatch`` writer of ``writer_type``."""
     context.registry.create_missing(spark)
     totals = RunTotals()
     writer = writer_type(spark, context, totals)
-    return run_stream(spark, context, lambda: start_stream(source(), context, writer), totals)
+    return Stream(spark, context, lambda: start_stream(source(), context, writer), totals)
+
+
+POLL_S = 0.5
+
+
+def run_streams(streams: list[Stream]) -> int:
+    """Run ``streams`` side by side in this driver until all end, each a logged run;
+    SIGTERM (Airflow's on_kill) stops them all at a batch boundary. The first query
+    to fail stops the others, so the process exits 1 and its supervisor restarts the
+    whole set. Returns the process exit code."""
+    logs = [RunLog(stream.spark, stream.context.job, stream.context.registry) for stream in streams]
+    for log in logs:
+        log.started()
+    queries: list[StreamingQuery] = []
+    stopped: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        stopped.append(signum)
+        for query in queries:
+            query.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        queries.extend(stream.start() for stream in streams)
+        failed = wait_for_streams(queries)
+    finally:
+        for query in queries:
+            query.stop()  # a failure stops its siblings; after a success they have all ended
+        for stream in streams:
+            stream.close()
+    for stream, query, log in zip(streams, queries, logs, strict=True):
+        error = query.exception()
+        if error is not None:
+            log.ended("failed", stream.totals, str(error)[:2000])
+        elif stopped or failed:
+            log.ended("stopped", stream.totals, None if stopped else "stopped: a query beside it failed")
+        else:
+            log.ended("succeeded", stream.totals)
+    return 1 if failed else 0
+
+
+def wait_for_streams(queries: list[StreamingQuery]) -> bool:
+    """Wait until every query has ended or one has failed; True if one failed. The
+    queries may belong to different sessions, so no session's query manager sees
+    them all: wait on the first live one, a moment at a time."""
+    while True:
+        if any(not query.isActive and query.exception() is not None for query in queries):
+            return True
+        live = [query for query in queries if query.isActive]
+        if not live:
+            return False
+        with contextlib.suppress(StreamingQueryException):  # seen as its exception() next round
+            live[0].awaitTermination(POLL_S)
+
+
+def run_stream(stream: Stream) -> int:
+    return run_streams([stream])
 
 
 def nothing_to_do(job: str, registry: TableRegistry, section: str) -> int:
@@ -327,7 +375,15 @@ def crash_point(step: str) -> None:
     would leave it. With ``TIDEMARK_CRASH_BY=raise`` as well, the step raises
     :class:`InjectedCrash` instead, so tests can crash a job run in their own session:
     the tables and the checkpoint are left as a kill leaves them (what committed stays,
-    the micro-batch is replayed)."""
+    the micro-batch is replayed).
+
+    With ``TIDEMARK_TRACE_WRITES=<file>`` every write that committed is appended to
+    the file as it happens, so a test that kills the process can tell where the
+    kill landed."""
+    trace = os.environ.get(TRACE_WRITES_VARIABLE)
+    if trace:
+        with open(trace, "a") as written:
+            written.write(f"{time.time():.3f} {step}\n")
     if os.environ.get(CRASH_AFTER_VARIABLE) != step:
         return
     if os.environ.get(CRASH_BY_VARIABLE) == "raise":

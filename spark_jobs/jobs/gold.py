@@ -21,13 +21,15 @@ from pyspark.sql.types import LongType, StructField, StructType
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
+    Stream,
     crash_point,
     delta_txn,
     exit_on_config_error,
     job_parser,
     nothing_to_do,
     retry_on_conflict,
-    run_writer_stream,
+    run_stream,
+    writer_stream,
 )
 from spark_jobs.session import build_session
 from spark_jobs.sql import null_safe_match
@@ -120,12 +122,21 @@ class GoldBatchWriter(BatchWriter):
         self.totals.rows_out += refreshed
 
 
-def run(spark: SparkSession, context: JobContext) -> int:
-    """Run gold in this session (replays share one session)."""
+def stream(spark: SparkSession, context: JobContext) -> Stream | None:
+    """The gold query in this session, ready to start; None when the pipeline has
+    no gold section."""
     registry = context.registry
     if registry.gold is None:
-        return nothing_to_do("gold", registry, "gold")
-    return run_writer_stream(spark, context, lambda: read_silver_changes(spark, registry), GoldBatchWriter)
+        return None
+    return writer_stream(spark, context, lambda: read_silver_changes(spark, registry), GoldBatchWriter)
+
+
+def run(spark: SparkSession, context: JobContext) -> int:
+    """Run gold in this session (replays share one session)."""
+    job = stream(spark, context)
+    if job is None:
+        return nothing_to_do("gold", context.registry, "gold")
+    return run_stream(job)
 
 
 @exit_on_config_error

@@ -36,13 +36,15 @@ from spark_jobs.jobs.bronze import idempotent_append
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
+    Stream,
     crash_point,
     delta_txn,
     exit_on_config_error,
     job_parser,
     nothing_to_do,
     retry_on_conflict,
-    run_writer_stream,
+    run_stream,
+    writer_stream,
 )
 from spark_jobs.session import build_session
 from spark_jobs.sql import column_of, null_safe_match
@@ -339,14 +341,21 @@ class OfflineBatchWriter(BatchWriter):
         self.totals.rows_out += emitted
 
 
-def run(spark: SparkSession, context: JobContext) -> int:
-    """Run offline detection in this session (replays share one session)."""
+def stream(spark: SparkSession, context: JobContext) -> Stream | None:
+    """The offline detection query in this session, ready to start; None when the pipeline has
+    no offline section."""
     registry = context.registry
     if registry.config.offline is None:
-        return nothing_to_do("offline", registry, "offline")
-    return run_writer_stream(
-        spark, context, lambda: read_watermark_steps(spark, registry), OfflineBatchWriter
-    )
+        return None
+    return writer_stream(spark, context, lambda: read_watermark_steps(spark, registry), OfflineBatchWriter)
+
+
+def run(spark: SparkSession, context: JobContext) -> int:
+    """Run offline detection in this session (replays share one session)."""
+    job = stream(spark, context)
+    if job is None:
+        return nothing_to_do("offline", context.registry, "offline")
+    return run_stream(job)
 
 
 @exit_on_config_error

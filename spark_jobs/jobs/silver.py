@@ -38,12 +38,14 @@ from spark_jobs.jobs.bronze import idempotent_append
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
+    Stream,
     crash_point,
     delta_txn,
     exit_on_config_error,
     job_parser,
     retry_on_conflict,
-    run_writer_stream,
+    run_stream,
+    writer_stream,
 )
 from spark_jobs.session import build_session
 from spark_jobs.sources import source_reports
@@ -573,11 +575,16 @@ def advance_idle(
     return clock
 
 
-def run(spark: SparkSession, context: JobContext) -> int:
-    """Run silver in this session (replays and benchmarks share one session)."""
-    return run_writer_stream(
+def stream(spark: SparkSession, context: JobContext) -> Stream:
+    """Silver's query in this session, ready to start."""
+    return writer_stream(
         spark, context, lambda: read_bronze_changes(spark, context.registry), SilverBatchWriter
     )
+
+
+def run(spark: SparkSession, context: JobContext) -> int:
+    """Run silver in this session (replays and benchmarks share one session)."""
+    return run_stream(stream(spark, context))
 
 
 @exit_on_config_error

@@ -65,10 +65,13 @@ def test_streaming_and_late_merge_runs_through_the_rest_api_reconcile_exactly(ai
         write_landing(part, registry.landing_path, 250)
         state, tasks = run_dag(airflow, "tidemark_streaming", {"mode": "available-now"})
         assert state == "success"
+        # One Spark application runs the pipeline's four streams; the per-job submits
+        # (scale-out) and the continuous tasks are skipped.
+        assert tasks["available_now.pipeline"] == "success"
         assert {tasks[f"available_now.{job}"] for job in ("bronze", "silver", "gold", "offline")} == {
-            "success"
+            "skipped"
         }
-        assert tasks["continuous.bronze"] == "skipped"
+        assert tasks["continuous.pipeline"] == "skipped"
     bronze, rejects = count(spark, registry.bronze.path), count(spark, registry.ops["rejects"].path)
     assert bronze + rejects == len(fleet) and rejects > 0
     pending = count(spark, registry.quarantine.path, "status = 'pending'")
@@ -82,17 +85,17 @@ def test_streaming_and_late_merge_runs_through_the_rest_api_reconcile_exactly(ai
     assert totals.all == bronze and totals.late == pending
 
 
-def test_a_killed_stream_is_restarted_by_airflow_and_loses_nothing(airflow, lakehouse, spark):
+def test_a_killed_pipeline_application_is_restarted_by_airflow_and_loses_nothing(airflow, lakehouse, spark):
     registry = TableRegistry(load_pipeline(PIPELINE), str(lakehouse))
     before = count(spark, registry.bronze.path) + count(spark, registry.ops["rejects"].path)
     airflow.wait_for_dags(["tidemark_streaming"])
     run_id = airflow.trigger("tidemark_streaming", {"mode": "continuous", "interval": "2s"})
     try:
-        wait(lambda: stream_drivers("bronze", str(PIPELINE)), 300, "the continuous bronze stream")
+        wait(lambda: stream_drivers("run", str(PIPELINE)), 300, "the pipeline's continuous application")
         fleet = generate(FleetSpec(devices=4, partitions=2, seed=33, duration_ms=20 * 60_000))
         write_landing(fleet, registry.landing_path, 100)
         wait(lambda: count(spark, registry.bronze.path) > before, 300, "bronze to ingest the new files")
-        killed = stream_drivers("bronze", str(PIPELINE))
+        killed = stream_drivers("run", str(PIPELINE))
         for pid in killed:
             os.kill(pid, signal.SIGKILL)
         more = generate(FleetSpec(devices=4, partitions=2, seed=34, duration_ms=10 * 60_000))
@@ -103,8 +106,8 @@ def test_a_killed_stream_is_restarted_by_airflow_and_loses_nothing(airflow, lake
             return count(spark, registry.bronze.path) + count(spark, registry.ops["rejects"].path) >= expected
 
         wait(everything_ingested, 600, "the restarted bronze stream to ingest every file", every=5)
-        restarted = stream_drivers("bronze", str(PIPELINE))
-        assert restarted and not set(restarted) & set(killed), "Airflow did not restart the killed stream"
+        restarted = stream_drivers("run", str(PIPELINE))
+        assert restarted and not set(restarted) & set(killed), "Airflow did not restart the application"
         time.sleep(5)  # one more trigger: nothing may arrive twice
         total = count(spark, registry.bronze.path) + count(spark, registry.ops["rejects"].path)
         assert total == expected

@@ -46,7 +46,19 @@ def test_stalled_streams_and_replays_are_not_retried_blindly_but_streams_are(dag
     assert dagbag.dags["tidemark_idleness_check"].get_task("check_idle").retries == 0
     assert dagbag.dags["tidemark_backfill"].get_task("replay").retries == 0
     streaming = dagbag.dags["tidemark_streaming"]
-    assert all(streaming.get_task(f"continuous.{job}").retries >= 3 for job in ("bronze", "silver"))
+    assert all(streaming.get_task(f"continuous.{job}").retries >= 3 for job in ("pipeline", "bronze"))
+
+
+def test_the_streams_run_as_one_application_unless_asked_to_scale_out(dagbag):
+    choose = dagbag.dags["tidemark_streaming"].get_task("choose_mode").python_callable
+    one, alone = {"one_application": True}, {"one_application": False}
+    assert choose(params={"mode": "available-now", **one}) == ["available_now.pipeline"]
+    assert choose(params={"mode": "continuous", **one}) == ["continuous.pipeline"]
+    assert choose(params={"mode": "available-now", **alone}) == ["available_now.bronze"]
+    assert choose(params={"mode": "continuous", **alone}) == [
+        f"continuous.{job}" for job in ("bronze", "silver", "gold", "offline")
+    ]
+    assert dagbag.dags["tidemark_streaming"].params["one_application"] is True
 
 
 def test_the_late_merge_form_offers_dry_run_and_a_time_range(dagbag):

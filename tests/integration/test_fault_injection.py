@@ -1,11 +1,16 @@
-"""Fault injection: every job killed with SIGKILL at seeded random moments, 20 times
-in all, each time restarted; then the tables reconcile exactly and equal a plain
-batch computation over bronze (nothing lost, nothing doubled)."""
+"""Fault injection mid-work: a pipeline's streams run as one application while files
+keep landing, and are killed with SIGKILL at seeded moments, each only after the
+application has committed a write since its (re)start; then the late merge is
+killed the same way. Every job traces its committed writes
+(``TIDEMARK_TRACE_WRITES``), so the test prints where each kill landed. Afterwards
+the tables reconcile exactly and equal a plain batch computation over bronze
+(nothing lost, nothing doubled)."""
 
 from __future__ import annotations
 
 import random
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +18,7 @@ import pytest
 
 from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, write_landing
+from spark_jobs.jobs.common import TRACE_WRITES_VARIABLE
 from spark_jobs.submit import submit_env
 from tests.integration.conftest import (
     assert_bronze_reconciles,
@@ -20,6 +26,7 @@ from tests.integration.conftest import (
     kill_hard,
     registry_for,
     run_job,
+    wait_for,
     write_pipeline,
 )
 from tests.integration.lakehouse_sql import (
@@ -33,50 +40,61 @@ from tests.integration.lakehouse_sql import (
 from tests.integration.test_late_merge import assert_reconciles, quarantine_by_status
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-SEED = 20261123
+SEED = 20261124
+STREAM_KILLS = 8
+MERGE_KILLS = 2
 CONTINUOUS = ("--trigger", "continuous", "--interval", "500ms")
-# (job, kills that must land, seconds after start drawn from): streams run until
-# killed, so a draw past their start-up lands mid-work; batch jobs may finish first
-# and are started again until their kills land.
-STORM = (
-    ("bronze", 5, (8.0, 20.0)),
-    ("silver", 5, (8.0, 20.0)),
-    ("gold", 3, (8.0, 20.0)),
-    ("offline", 3, (8.0, 20.0)),
-    ("merge_late", 2, (5.0, 15.0)),
-    ("check_idle", 2, (5.0, 12.0)),
-)
-STREAMS = ("bronze", "silver", "gold", "offline")
+# A kill lands a seeded moment (up to a second) after a seeded number of writes
+# committed since the start, drawn from these ranges.
+STREAM_KILL_AFTER = (1, 14)
+MERGE_KILL_AFTER = (1, 3)
+LANDING_RATE = 5  # records a second: about four minutes of files, so kills land while they arrive
 
 
-def kill_until_landed(job: str, pipeline: Path, lakehouse: Path, kills: int, delays, rng) -> list[float]:
-    """Start ``job`` and kill -9 it after a seeded random delay until ``kills`` kills
-    hit a running process; returns the delays of the kills that landed."""
-    landed: list[float] = []
-    args = CONTINUOUS if job in STREAMS else ()
-    for _ in range(4 * kills):
-        if len(landed) == kills:
-            break
-        delay = rng.uniform(*delays)
-        log = lakehouse.parent / f"{job}-{len(landed)}.log"
-        with log.open("w") as output:
-            process = subprocess.Popen(
-                job_command(job, pipeline, lakehouse, *args),
-                env=submit_env(),
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # kill -9 takes the JVM and its Python driver
-            )
-            time.sleep(delay)
+def committed_writes(trace: Path) -> list[str]:
+    """The writes a traced process committed, in order (``job:write``)."""
+    return [line.split()[1] for line in trace.read_text().splitlines()] if trace.exists() else []
+
+
+def kill_after_progress(
+    job: str, args: tuple[str, ...], pipeline: Path, lakehouse: Path, trace: Path, after: tuple, rng
+) -> list[str] | None:
+    """Start ``job`` with its writes traced; once it has committed a seeded number
+    of writes (drawn from ``after``), wait a seeded moment more and kill -9 it. The
+    writes it committed, or None when it finished by itself before the kill."""
+    with trace.with_suffix(".log").open("w") as output:
+        process = subprocess.Popen(
+            job_command(job, pipeline, lakehouse, *args),
+            env={**submit_env(), TRACE_WRITES_VARIABLE: str(trace)},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # kill -9 takes the JVM and its Python driver
+        )
+    writes, pause = rng.randint(*after), rng.uniform(0.0, 1.0)
+    try:
+        wait_for(
+            lambda: len(committed_writes(trace)) >= writes or process.poll() is not None,
+            600,
+            f"{job} to commit {writes} writes",
+            interval=0.1,
+        )
+        time.sleep(pause)
+    finally:
         if process.poll() is None:
             kill_hard(process)
-            landed.append(delay)
+            killed = True
         else:
-            assert process.returncode == 0, f"{job} failed on its own:\n{log.read_text()[-4000:]}"
-    return landed
+            killed = False
+    log = trace.with_suffix(".log").read_text()
+    assert process.returncode in (0, -9), f"{job} failed on its own:\n{log[-4000:]}"
+    return committed_writes(trace) if killed else None
 
 
-def test_twenty_seeded_kill_9s_across_every_job_lose_and_double_nothing(spark, tmp_path):
+def last_write_per_job(writes: list[str]) -> dict[str, str]:
+    return {write.split(":")[0]: write for write in writes}
+
+
+def test_kill_9s_mid_work_while_files_land_lose_and_double_nothing(spark, tmp_path):
     landing, lakehouse = tmp_path / "landing", tmp_path / "lakehouse"
     pipeline = write_pipeline(
         tmp_path, source={"kind": "files", "path": str(landing), "format": "json", "max_files_per_trigger": 2}
@@ -93,22 +111,42 @@ def test_twenty_seeded_kill_9s_across_every_job_lose_and_double_nothing(spark, t
         ),
         malformed_kinds("files"),
     )
-    write_landing(fleet, landing, 20)
     manifest = Manifest.of(fleet)
     rng = random.Random(SEED)
+    lander = threading.Thread(target=write_landing, args=(fleet, landing, 12, "json", LANDING_RATE))
+    lander.start()
 
-    landed = {}
-    for job, kills, delays in STORM:
-        landed[job] = kill_until_landed(job, pipeline, lakehouse, kills, delays, rng)
-        # The restart after the last kill runs the job to the end of its input.
-        if job == "silver":
-            run_job(job, pipeline, lakehouse, "--trigger", "available-now", "--flush")
-        else:
-            run_job(job, pipeline, lakehouse, streaming=job in STREAMS)
-    print({job: [round(delay, 1) for delay in delays] for job, delays in landed.items()})
-    assert {job: len(delays) for job, delays in landed.items()} == {job: k for job, k, _ in STORM}
-    assert sum(len(delays) for delays in landed.values()) >= 20
+    kills: list[dict[str, str]] = []
+    killed_while_landing = 0
+    try:
+        for index in range(STREAM_KILLS):
+            trace = tmp_path / f"run-{index}.trace"
+            writes = kill_after_progress(
+                "run", CONTINUOUS, pipeline, lakehouse, trace, STREAM_KILL_AFTER, rng
+            )
+            assert writes is not None, "a continuous application ended by itself"
+            killed_while_landing += lander.is_alive()
+            kills.append(last_write_per_job(writes))
+            print(f"kill {index + 1}: after {len(writes)} writes; last of each job: {kills[-1]}")
+    finally:
+        lander.join()
+    # The restart after the last kill drains the input and ends it (+inf).
+    run_job("run", pipeline, lakehouse, "--trigger", "available-now", "--flush")
 
+    merge_kills = []
+    for index in range(MERGE_KILLS):
+        trace = tmp_path / f"merge-{index}.trace"
+        writes = kill_after_progress("merge_late", (), pipeline, lakehouse, trace, MERGE_KILL_AFTER, rng)
+        assert writes is not None, "the merge finished before its seeded kill"
+        merge_kills.append(writes[-1])
+        print(f"merge kill {index + 1}: after {writes}")
+    run_job("merge_late", pipeline, lakehouse, streaming=False)
+
+    assert killed_while_landing >= STREAM_KILLS // 2, "most kills must land while files arrive"
+    # The kills landed mid-work: past bronze, in silver and beyond it.
+    jobs_written = {job for kill in kills for job in kill}
+    assert {"bronze", "silver"} <= jobs_written
+    assert len({kill.get("silver") for kill in kills}) > 1, "every kill landed after the same silver write"
     assert_bronze_reconciles(spark, registry, manifest, fleet)
     statuses = quarantine_by_status(spark, registry)
     assert set(statuses) == {"merged"} and statuses["merged"] > 0
@@ -128,5 +166,4 @@ def test_twenty_seeded_kill_9s_across_every_job_lose_and_double_nothing(spark, t
     assert judged == spark.read.format("delta").load(registry.bronze.path).count()
     batches = [row.batch_id for row in history if row.on_time_count + row.late_count > 0]
     assert len(batches) == len(set(batches)), "a silver batch was recorded twice"
-    # The input ended with the flush (+inf): the idleness checks after it took no step.
     assert [row.watermark for row in history].count(MAX_WATERMARK) == 1

@@ -6,7 +6,7 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from tidemark_airflow.health import stalled_batch
+from tidemark_airflow.health import stalled_batch, stalled_query
 
 LIMIT = timedelta(minutes=5)
 
@@ -41,3 +41,17 @@ def test_a_batch_uncommitted_past_the_limit_is_stalled_and_named(tmp_path):
     folder = checkpoint(tmp_path, {0: 100, 1: 1_000}, [0])
     reason = stalled_batch(folder, LIMIT, now=1_000 + 300)
     assert reason == "micro-batch 1 started 300 s ago and has not committed"
+
+
+def test_an_application_is_stalled_when_any_of_its_queries_is_and_names_it(tmp_path):
+    checkpoint(tmp_path / "bronze", {0: 100, 1: 1_000}, [0, 1])
+    checkpoint(tmp_path / "silver", {0: 100, 1: 1_000}, [0])
+    assert stalled_query(str(tmp_path), LIMIT, now=1_000 + 299) is None
+    reason = stalled_query(str(tmp_path), LIMIT, now=1_000 + 300)
+    assert reason == "silver: micro-batch 1 started 300 s ago and has not committed"
+
+
+def test_an_application_whose_queries_all_commit_is_not_stalled(tmp_path):
+    checkpoint(tmp_path / "bronze", {0: 100, 1: 1_000}, [0, 1])
+    checkpoint(tmp_path / "silver", {0: 100}, [0])
+    assert stalled_query(str(tmp_path), LIMIT, now=100_000) is None

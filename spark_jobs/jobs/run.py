@@ -1,0 +1,94 @@
+"""``tidemark run``: a pipeline's streams (bronze, silver, gold, offline detection) as
+queries of one Spark application.
+
+One driver pays one JVM start-up, one session and one set of warm plans instead of
+four. Each query keeps its own checkpoint (the per-job default), so a pipeline can
+move between this and per-job submits (``tidemark bronze`` ...; scale-out) without
+losing its place, and exactly-once is what each job gives alone.
+
+- ``--trigger continuous``: the four queries run side by side. The first to fail
+  stops the others and the process exits 1, so the supervisor (Airflow's task
+  retries) restarts the whole set.
+- ``--trigger available-now``: the chain the per-job DAG runs (bronze, then silver,
+  then gold and offline detection together), each stage draining what the one
+  before it wrote; ``--flush`` ends the input after silver.
+
+Each job gets a session of its own (``newSession``: one SparkContext, separate SQL
+settings), because a job's idempotent Delta writes are made under session settings
+(the txn app id and version) that must not leak into a query beside it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+
+from spark_jobs.config import ConfigError
+from spark_jobs.jobs import bronze, gold, offline, silver
+from spark_jobs.jobs.common import (
+    JobContext,
+    Stream,
+    exit_on_config_error,
+    job_parser,
+    run_streams,
+)
+from spark_jobs.session import build_session
+from spark_jobs.tables import join
+
+StreamFactory = Callable[[SparkSession, JobContext], Stream | None]
+# The available-now chain: each stage reads what the stages before it wrote.
+STAGES: tuple[tuple[tuple[str, StreamFactory], ...], ...] = (
+    (("bronze", bronze.stream),),
+    (("silver", silver.stream),),
+    (("gold", gold.stream), ("offline", offline.stream)),
+)
+
+
+def job_context(pipeline: JobContext, job: str) -> JobContext:
+    """The context ``job`` has when submitted alone: its own default checkpoint."""
+    registry = pipeline.registry
+    checkpoint = join(registry.root, "_checkpoints", registry.config.name, job)
+    return JobContext(job, pipeline.config, registry, pipeline.trigger, pipeline.interval_ms, checkpoint)
+
+
+def streams(spark: SparkSession, pipeline: JobContext, stage: tuple[tuple[str, StreamFactory], ...]) -> list:
+    built = (factory(spark.newSession(), job_context(pipeline, job)) for job, factory in stage)
+    return [stream for stream in built if stream is not None]
+
+
+def run(spark: SparkSession, pipeline: JobContext, flush: bool = False) -> int:
+    """Run the pipeline's streams in this application; the process exit code."""
+    if pipeline.trigger == "continuous":
+        return run_streams([stream for stage in STAGES for stream in streams(spark, pipeline, stage)])
+    for index, stage in enumerate(STAGES):
+        code = run_streams(streams(spark, pipeline, stage))
+        if code != 0:
+            return code
+        if index == 1 and flush:
+            silver.flush(spark.newSession(), pipeline.registry)
+    return 0
+
+
+@exit_on_config_error
+def main(argv: list[str] | None = None) -> int:
+    parser = job_parser(
+        "run", "A pipeline's bronze, silver, gold and offline streams as queries of one Spark application."
+    )
+    parser.add_argument(
+        "--flush",
+        action="store_true",
+        help="after an available-now run of silver, end the input: the watermark moves to +inf",
+    )
+    args = parser.parse_args(argv)
+    if args.checkpoint is not None:
+        raise ConfigError("--checkpoint", "each query keeps its job's own checkpoint; run the job alone")
+    if args.flush and args.trigger != "available-now":
+        raise ConfigError("--flush", "needs --trigger available-now")
+    pipeline = JobContext.from_args("run", args)
+    return run(build_session(f"tidemark-run-{pipeline.config.name}"), pipeline, args.flush)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
