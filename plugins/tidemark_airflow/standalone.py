@@ -232,11 +232,20 @@ def processes_of(home: Path) -> list[int]:
 
 
 def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
+    """Whether a process of ``group`` still runs. ``killpg(group, 0)`` would also
+    succeed on a group left with only a zombie (an exited leader that the caller,
+    its parent, reaps only after this returns)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # After the command's closing parenthesis: state, parent, group, ...
+            state, _, process_group = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+        except OSError:  # gone meanwhile
+            continue
+        if int(process_group) == group and state != "Z":
+            return True
+    return False
 
 
 def main(argv: list[str] | None = None) -> int:

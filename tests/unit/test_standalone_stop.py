@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 from tidemark_airflow.standalone import PID_FILE, processes_of, stop
 
@@ -43,3 +44,18 @@ def test_stop_kills_the_group_and_the_tasks_that_left_it(tmp_path):
         for process in (standalone, escaped_task, stranger):
             process.kill()
             process.wait()
+
+
+def test_stop_does_not_wait_out_its_grace_for_a_group_left_with_a_zombie(tmp_path):
+    home = tmp_path / "airflow"
+    home.mkdir()
+    exited = subprocess.Popen(["true"], start_new_session=True)  # not reaped until stop returns
+    (home / PID_FILE).write_text(f"{exited.pid}\n")
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{exited.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    started = time.monotonic()
+    assert stop(home, grace=20) is True
+    assert time.monotonic() - started < 5
+    exited.wait()
