@@ -1,13 +1,17 @@
 """`make bench`: throughput of bronze and silver against plain Spark, the cost of
-the late merge as history grows, and how soon a fired window is visible in
-continuous mode, in one run.
+the late merge as history grows, how soon a fired window is visible in
+continuous mode, what a tiny replay costs against a bare job, and the rate a
+continuous pipeline application keeps up with, in one run.
 
 Not a test: it prints a table and writes every figure to bench-results.json at
 the repository root (one key per figure). ``--only`` runs one of the three.
 
 Throughput: generated scooter events land as JSON-lines files; then
 
-- bronze (available-now) vs a plain Spark JSON -> Delta batch copy of the same files;
+- bronze (available-now) vs a plain Spark JSON -> Delta batch copy of the same files,
+  and vs the bronze a Spark user writes (``bronze_vs_idiomatic``: the JSON file
+  stream with the schema, PERMISSIVE mode and a corrupt-record column, event time
+  and ``_metadata`` columns, a Delta sink with availableNow);
 - silver (available-now) over that bronze table vs a native Structured Streaming
   ``withWatermark`` + ``window`` aggregation (available-now) over the same table.
 
@@ -48,6 +52,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -117,6 +122,28 @@ def measure(
             str(work / "plain_copy")
         )
 
+    def idiomatic_bronze() -> None:
+        """The bronze a Spark user writes: the JSON file stream with the schema,
+        PERMISSIVE mode and a corrupt-record column, event time and the file's
+        metadata columns, into Delta with availableNow."""
+        (
+            spark.readStream.schema(f"{schema}, _corrupt_record string")
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", "_corrupt_record")
+            .json(registry.landing_path)
+            .select(
+                "*",
+                F.timestamp_millis("ts").alias("event_time"),
+                F.col("_metadata.file_path").alias("source_file"),
+                F.col("_metadata.file_modification_time").alias("ingest_time"),
+            )
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(work / "idiomatic_checkpoint"))
+            .trigger(availableNow=True)
+            .start(str(work / "idiomatic_bronze"))
+            .awaitTermination()
+        )
+
     def native_silver() -> None:
         (
             spark.readStream.format("delta")
@@ -140,6 +167,7 @@ def measure(
     return {
         "bronze": timed(lambda: bronze.run(spark, context("bronze"))),
         "plain_copy": timed(plain_copy),
+        "idiomatic": timed(idiomatic_bronze),
         "silver": timed(lambda: silver.run(spark, context("silver"))),
         "native": timed(native_silver),
     }
@@ -173,6 +201,8 @@ def throughput_benchmark(
         "bronze_events_per_s": round(events / seconds["bronze"]),
         "plain_copy_events_per_s": round(events / seconds["plain_copy"]),
         "bronze_vs_copy": round(seconds["plain_copy"] / seconds["bronze"], 3),
+        "idiomatic_bronze_seconds": round(seconds["idiomatic"], 2),
+        "bronze_vs_idiomatic": round(seconds["idiomatic"] / seconds["bronze"], 3),
         "silver_seconds": round(seconds["silver"], 2),
         "native_seconds": round(seconds["native"], 2),
         "silver_events_per_s": round(events / seconds["silver"]),
@@ -472,10 +502,123 @@ def latency_benchmark(
     }
 
 
+TINY_RECORDS, TINY_BATCHES = 24, 4
+BARE_JOB = """
+import sys
+from spark_jobs.session import build_session
+spark = build_session("tidemark-bare")
+spark.range(24).selectExpr("id", "id * 2 AS value").write.format("delta").save(sys.argv[1])
+spark.stop()
+"""
+
+
+def process_seconds(command: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, env=submit_env(), check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def tiny_replay_benchmark(repeats: int, work: Path) -> dict[str, float]:
+    """``tidemark replay`` of 24 records in 4 micro-batches with ``--flush``, against
+    a bare job (the session factory writing 24 rows to one Delta table), each a
+    fresh process from its command line to its exit; alternated, medians."""
+    records = generate(FleetSpec(devices=3, partitions=2, seed=3, duration_ms=80_000))[:TINY_RECORDS]
+    source = work / "tiny.json"
+    source.write_text("\n".join(record.line for record in records) + "\n")
+    tidemark = str(
+        Path(os.environ.get("VIRTUAL_ENV", Path(sys.executable).parent.parent)) / "bin" / "tidemark"
+    )
+    replays, bares = [], []
+    for run in range(repeats):
+        replays.append(
+            process_seconds(
+                [
+                    tidemark,
+                    "replay",
+                    "--pipeline",
+                    str(PIPELINE),
+                    "--input",
+                    str(source),
+                    "--lakehouse",
+                    str(work / f"tiny-{run}"),
+                    "--batch-size",
+                    str(TINY_RECORDS // TINY_BATCHES),
+                    "--flush",
+                ]
+            )
+        )
+        bares.append(process_seconds([sys.executable, "-c", BARE_JOB, str(work / f"bare-{run}")]))
+    replay_s, bare_s = statistics.median(replays), statistics.median(bares)
+    return {
+        "tiny_replay_seconds": round(replay_s, 2),
+        "bare_job_seconds": round(bare_s, 2),
+        "tiny_replay_vs_bare": round(replay_s / bare_s, 2),
+    }
+
+
+def continuous_benchmark(
+    spark: SparkSession, config: PipelineConfig, seconds: float, rate: float, work: Path
+) -> dict[str, float]:
+    """A pipeline's four streams as one continuous application (``tidemark run``,
+    1 s triggers) while files land at ``rate`` records per second for ``seconds``:
+    the records per second it carried from the first landing to silver having
+    judged them all (the rate it keeps up with when ``rate`` is above it)."""
+    registry = TableRegistry(config, str(work / "continuous"))
+    devices = 500
+    spec = FleetSpec(
+        devices=devices,
+        partitions=4,
+        seed=13,
+        duration_ms=int(seconds * rate * 10_000 / devices),
+        offline_ratio=0.0,
+    )
+    records = generate(spec)
+    arguments = [
+        "--pipeline",
+        str(PIPELINE),
+        "--lakehouse",
+        registry.root,
+        "--trigger",
+        "continuous",
+        "--interval",
+        "1s",
+    ]
+    application = subprocess.Popen(
+        submit_command("run", arguments),
+        env=submit_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        for job in ("bronze", "silver", "gold", "offline"):
+            metadata = Path(join(registry.root, "_checkpoints", config.name, job, "metadata"))
+            deadline = time.monotonic() + 300
+            while not metadata.exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{job} did not start its query")
+                time.sleep(1)
+        started = time.monotonic()
+        write_landing(records, registry.landing_path, max(1, int(rate)), rate=rate)
+        fed = time.monotonic() - started
+        drained(spark, registry, len(records), timeout=1800)
+        carried = time.monotonic() - started
+    finally:
+        stop_stream(application)
+    return {
+        "continuous_offered_rps": rate,
+        "continuous_events": len(records),
+        "continuous_feed_seconds": round(fed, 1),
+        "continuous_sustained_rps": round(len(records) / carried),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
-        "--only", choices=("throughput", "merge", "latency"), help="run one benchmark (default: all)"
+        "--only",
+        choices=("throughput", "merge", "latency", "tiny", "continuous"),
+        help="run one benchmark (default: all)",
     )
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--records-per-file", type=int, default=20_000)
@@ -493,6 +636,14 @@ def main() -> None:
     )
     parser.add_argument("--latency-seconds", type=float, default=90, help="how long files land")
     parser.add_argument("--latency-rate", type=float, default=100, help="records landed per second")
+    parser.add_argument("--tiny-repeats", type=int, default=3, help="tiny replays and bare jobs (medians)")
+    parser.add_argument("--continuous-seconds", type=float, default=60, help="how long files land")
+    parser.add_argument(
+        "--continuous-rate",
+        type=float,
+        default=2_000,
+        help="records landed per second (above the pipeline's)",
+    )
     parser.add_argument("--output", type=Path, default=REPO / "bench-results.json")
     args = parser.parse_args()
     if args.merge_history_windows < MIN_HISTORY_WINDOWS:
@@ -516,6 +667,12 @@ def main() -> None:
             results |= merge_benchmark(spark, config, args.merge_history_windows, args.merge_repeats, work)
         if args.only in (None, "latency"):
             results |= latency_benchmark(spark, config, args.latency_seconds, args.latency_rate, work)
+        if args.only in (None, "tiny"):
+            results |= tiny_replay_benchmark(args.tiny_repeats, work)
+        if args.only in (None, "continuous"):
+            results |= continuous_benchmark(
+                spark, config, args.continuous_seconds, args.continuous_rate, work
+            )
         # One benchmark alone keeps the other's figures from the last run.
         kept = json.loads(args.output.read_text()) if args.only and args.output.exists() else {}
         args.output.write_text(json.dumps(kept | results, indent=2) + "\n")
