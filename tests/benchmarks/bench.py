@@ -525,9 +525,7 @@ def tiny_replay_benchmark(repeats: int, work: Path) -> dict[str, float]:
     records = generate(FleetSpec(devices=3, partitions=2, seed=3, duration_ms=80_000))[:TINY_RECORDS]
     source = work / "tiny.json"
     source.write_text("\n".join(record.line for record in records) + "\n")
-    tidemark = str(
-        Path(os.environ.get("VIRTUAL_ENV", Path(sys.executable).parent.parent)) / "bin" / "tidemark"
-    )
+    tidemark = str(Path(sys.executable).with_name("tidemark"))
     replays, bares = [], []
     for run in range(repeats):
         replays.append(
