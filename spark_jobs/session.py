@@ -13,7 +13,8 @@ tables) rather than Spark's 200 shuffle partitions and Delta's 50 snapshot
 partitions: every partition is a task, and on a batch this size scheduling them
 costs more than the work. Size shuffles to the cores an application gets (about
 twice as many) with ``$TIDEMARK_SHUFFLE_PARTITIONS``; ``$TIDEMARK_DRIVER_MEMORY``
-sizes the driver. Nothing here assumes the driver's disk is the executors': the
+sizes the driver; ``TIDEMARK_SPARK_UI=true`` turns the Spark UI on (off by
+default: its web server costs every start-up). Nothing here assumes the driver's disk is the executors': the
 jars in ``spark.jars`` are served to executors by the driver, and
 ``$TIDEMARK_S3_ENDPOINT`` points s3a:// lakehouse paths at object storage
 (credentials from the AWS_* environment of the driver and the workers).
@@ -50,6 +51,8 @@ def base_conf() -> dict[str, str]:
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.ui.showConsoleProgress": "false",
+        # Starting the UI's web server costs every job start-up; turn it on to watch one.
+        "spark.ui.enabled": "true" if os.environ.get("TIDEMARK_SPARK_UI") == "true" else "false",
     }
     endpoint = os.environ.get("TIDEMARK_S3_ENDPOINT")
     if endpoint:

@@ -18,6 +18,7 @@ import fcntl
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ CHANGE_FEED = ("delta.enableChangeDataFeed", "true")
 CREATE_ATTEMPTS = 4
 # Held while tables are created in a local lakehouse (see ``creation_lock``).
 CREATION_LOCK = ".tidemark-create.lock"
+CREATION_THREADS = 4
 FIRST_COMMIT = "00000000000000000000.json"
 LAYERS = ("bronze", "silver", "quarantine", "gold", "ops")
 
@@ -370,8 +372,10 @@ class TableRegistry:
         missing = [table for table in self.all() if not has_commits(spark, table.path)]
         if not missing:
             return []
-        with creation_lock(self.root):
-            return [table for table in missing if create_if_missing(spark, table)]
+        # Each creation is a Delta commit of about a second, mostly waiting: side by side.
+        with creation_lock(self.root), ThreadPoolExecutor(CREATION_THREADS) as pool:
+            created = list(pool.map(lambda table: create_if_missing(spark, table), missing))
+        return [table for table, made in zip(missing, created, strict=True) if made]
 
 
 def has_commits(spark: SparkSession, path: str) -> bool:

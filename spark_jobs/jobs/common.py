@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -221,6 +222,7 @@ class RunLog:
     registry: TableRegistry
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    _starting: threading.Thread | None = field(default=None, init=False, repr=False)
 
     def _append(self, status: str, totals: RunTotals, message: str | None, ended: datetime | None) -> None:
         duration = None if ended is None else int((ended - self.started_at).total_seconds() * 1000)
@@ -243,9 +245,19 @@ class RunLog:
         self.spark.createDataFrame([row], table.schema).write.format("delta").mode("append").save(table.path)
 
     def started(self) -> None:
-        self._append("running", RunTotals(), None, None)
+        """Append the ``running`` row beside the job's start-up (a Delta commit costs
+        about a second on 2 cores): :meth:`ended` waits for it, so the final row
+        always follows it."""
+        self._starting = threading.Thread(
+            target=self._append,
+            args=("running", RunTotals(), None, None),
+            name=f"tidemark-run-log-{self.job}",
+        )
+        self._starting.start()
 
     def ended(self, status: str, totals: RunTotals, message: str | None = None) -> None:
+        if self._starting is not None:
+            self._starting.join()
         self._append(status, totals, message, datetime.now(UTC))
 
 
