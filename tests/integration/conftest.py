@@ -3,11 +3,15 @@ pipeline files pointing at temporary lakehouses."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
 import time
 from collections import Counter
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
 
 import pytest
@@ -55,6 +59,25 @@ def run_job(
         timeout=timeout,
     )
     assert done.returncode == 0, f"{job} exited {done.returncode}:\n{done.stderr[-5000:]}"
+
+
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str  # and stderr, as spark-submit merges the Python driver's
+
+
+def run_here(job: str, pipeline: Path, lakehouse: Path, *extra: str, streaming: bool = True) -> Ran:
+    """Run a job's ``main`` in this process, on the tests' session, where the process
+    itself is not what is under test (a spark-submit costs a JVM start-up). A stream
+    runs available-now unless told otherwise."""
+    args = extra or (("--trigger", "available-now") if streaming else ())
+    output = io.StringIO()
+    with redirect_stdout(output), redirect_stderr(output):
+        code = import_module(f"spark_jobs.jobs.{job}").main(
+            ["--pipeline", str(pipeline), "--lakehouse", str(lakehouse), *args]
+        )
+    return Ran(code, output.getvalue())
 
 
 def start_job(job: str, pipeline: Path, lakehouse: Path, *extra: str) -> subprocess.Popen:

@@ -16,6 +16,7 @@ from tests.integration.conftest import (
     delta_commits,
     kill_hard,
     registry_for,
+    run_here,
     run_job,
     start_job,
     wait_for,
@@ -96,7 +97,7 @@ def test_a_replayed_micro_batch_writes_nothing_twice(spark, tmp_path):
     """A crash after the Delta writes but before the checkpoint commit replays the
     batch: Delta's txnAppId/txnVersion make the replay a no-op."""
     pipeline, lakehouse, generated, manifest, _ = land(tmp_path, max_files_per_trigger=2)
-    run_job("bronze", pipeline, lakehouse)
+    assert run_here("bronze", pipeline, lakehouse).returncode == 0
     registry = registry_for(pipeline, lakehouse)
     commits = Path(lakehouse, "_checkpoints", registry.config.name, "bronze", "commits")
     last = max(commits.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
@@ -104,7 +105,7 @@ def test_a_replayed_micro_batch_writes_nothing_twice(spark, tmp_path):
     last.with_name(f".{last.name}.crc").unlink(missing_ok=True)
     versions = delta_commits(registry.bronze.path)
 
-    run_job("bronze", pipeline, lakehouse)
+    assert run_here("bronze", pipeline, lakehouse).returncode == 0
 
     runs = (
         spark.read.format("delta")

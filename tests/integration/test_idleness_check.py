@@ -1,9 +1,9 @@
-"""`tidemark check-idle`, spark-submitted as Airflow runs it: quiet streams get
-their due windows and OFFLINE timers fired, stalled streams are reported."""
+"""`tidemark check-idle`: quiet streams get their due windows and OFFLINE timers
+fired, stalled streams are reported. The checks run in this process (the soak runs
+them spark-submitted, under Airflow)."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,23 +15,16 @@ from spark_jobs.generator import FleetSpec, generate, write_landing
 from spark_jobs.jobs import offline
 from spark_jobs.jobs.check_idle import STALLED_EXIT
 from spark_jobs.jobs.common import JobContext
-from spark_jobs.submit import submit_env
 from spark_jobs.tables import TableRegistry, join
-from tests.integration.conftest import job_command, registry_for, run_job, write_pipeline
+from tests.integration.conftest import Ran, registry_for, run_here, write_pipeline
 from tests.integration.engine import assert_reconciles, engine_document, payload, replay_batches
 from tests.integration.test_offline_detection import OFFLINE, TUMBLING, at, status_events
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def check_idle(pipeline: Path, lakehouse: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        job_command("check_idle", pipeline, lakehouse, *extra),
-        env=submit_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def check_idle(pipeline: Path, lakehouse: Path, *extra: str) -> Ran:
+    return run_here("check_idle", pipeline, lakehouse, *extra, streaming=False)
 
 
 def history(spark, registry: TableRegistry) -> list[tuple]:
@@ -68,7 +61,7 @@ def test_a_stream_that_stops_gets_its_due_windows_and_offline_timers_fired_by_th
 
     time.sleep(2.5)  # both partitions quiet for longer than the idleness timeout
     checked = check_idle(pipeline, tmp_path)
-    assert checked.returncode == 0, checked.stderr[-3000:]
+    assert checked.returncode == 0, checked.stdout[-3000:]
     # All partitions idle: the watermark moves to the largest partition watermark.
     advanced = at("18:00:32") - 5_000 - 1
     assert history(spark, registry)[-1][1:] == (advanced, 0, 2)
@@ -100,12 +93,12 @@ def test_a_stalled_stream_with_a_backlog_is_reported_and_its_watermark_left_alon
 
     # Nothing ingested the landing files: bronze is stalled.
     stalled = check_idle(pipeline, lakehouse, "--stall-after", "1s")
-    assert stalled.returncode == STALLED_EXIT, stalled.stderr[-3000:]
+    assert stalled.returncode == STALLED_EXIT, stalled.stdout[-3000:]
     # spark-submit runs the Python driver with its stderr merged into stdout.
     assert f"stalled: bronze: {landed} landing files unread" in stalled.stdout
 
     # Bronze ran, silver did not: silver is stalled and the check leaves its clock alone.
-    run_job("bronze", pipeline, lakehouse)
+    assert run_here("bronze", pipeline, lakehouse).returncode == 0
     ingested = spark.read.format("delta").load(registry.bronze.path).count()
     rejected = spark.read.format("delta").load(registry.ops["rejects"].path).count()
     assert ingested + rejected == len(fleet)
