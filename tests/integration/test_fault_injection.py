@@ -25,7 +25,7 @@ from tests.integration.conftest import (
     job_command,
     kill_hard,
     registry_for,
-    run_job,
+    run_here,
     wait_for,
     write_pipeline,
 )
@@ -157,7 +157,7 @@ def test_kill_9s_mid_work_while_files_land_lose_and_double_nothing(spark, tmp_pa
     finally:
         lander.finish()
     # The restart after the last kill drains the input and ends it (+inf).
-    run_job("run", pipeline, lakehouse, "--trigger", "available-now", "--flush")
+    assert run_here("run", pipeline, lakehouse, "--trigger", "available-now", "--flush").returncode == 0
 
     merge_kills = []
     for index in range(MERGE_KILLS):
@@ -166,7 +166,7 @@ def test_kill_9s_mid_work_while_files_land_lose_and_double_nothing(spark, tmp_pa
         assert writes is not None, "the merge finished before its seeded kill"
         merge_kills.append(writes[-1])
         print(f"merge kill {index + 1}: after {writes}")
-    run_job("merge_late", pipeline, lakehouse, streaming=False)
+    assert run_here("merge_late", pipeline, lakehouse, streaming=False).returncode == 0
 
     assert all(landed_during_each_run), f"files landed during each run: {landed_during_each_run}"
     # The kills landed mid-work: past bronze, in silver and beyond it.

@@ -21,7 +21,7 @@ from tests.integration.conftest import (
     delta_commits,
     kill_hard,
     registry_for,
-    run_job,
+    run_here,
     start_job,
     wait_for,
     write_pipeline,
@@ -167,13 +167,13 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
     registry = registry_for(pipeline, lakehouse)
     fleet = generate(FleetSpec(devices=6, partitions=3, seed=5, duration_ms=40 * 60_000, late_ratio=0.05))
     write_landing(fleet, landing, 60)
-    bronze = start_job("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms")
-    silver = start_job("silver", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms")
+    # The pipeline's streams in their application; the merges in this process beside it.
+    streams = start_job("run", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms")
     try:
         wait_for(lambda: table_rows(spark, registry.quarantine.path) > 0, 300, "a first quarantined record")
         for _ in range(2):
-            run_job("merge_late", pipeline, lakehouse, streaming=False)
-        stream_alive = silver.poll() is None
+            assert run_here("merge_late", pipeline, lakehouse, streaming=False).returncode == 0
+        stream_alive = streams.poll() is None
         wait_for(
             lambda: (
                 table_rows(spark, registry.bronze.path) == len(fleet) and silver_caught_up(spark, registry)
@@ -182,9 +182,8 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
             "silver to read all of bronze",
         )
     finally:
-        stop_gracefully(silver)
-        stop_gracefully(bronze)
-    assert stream_alive, "silver died while the merges ran"
+        stop_gracefully(streams)
+    assert stream_alive, "the streams died while the merges ran"
     merges = spark.sql(
         f"SELECT started_at, ended_at, late FROM delta.`{registry.ops['runs'].path}` "
         "WHERE job = 'merge_late' AND status = 'succeeded'"
