@@ -39,7 +39,8 @@ from tests.integration.lakehouse_sql import (
 )
 from tests.integration.test_late_merge import assert_reconciles, quarantine_by_status
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# Eight application start-ups and two merges: give a loaded machine room beyond 900 s.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(2400)]
 SEED = 20261124
 STREAM_KILLS = 8
 MERGE_KILLS = 2
