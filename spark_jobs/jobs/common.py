@@ -344,6 +344,13 @@ def run_stream(stream: Stream) -> int:
     return run_streams([stream])
 
 
+def run_if_configured(stream: Stream | None, context: JobContext, section: str) -> int:
+    """Run ``stream``; a job whose pipeline section is absent (no stream) succeeds."""
+    if stream is None:
+        return nothing_to_do(context.job, context.registry, section)
+    return run_stream(stream)
+
+
 def nothing_to_do(job: str, registry: TableRegistry, section: str) -> int:
     """A job whose pipeline section is absent succeeds: one orchestration serves
     every pipeline, and a missing section is not a failure."""

@@ -26,9 +26,8 @@ from spark_jobs.jobs.common import (
     delta_txn,
     exit_on_config_error,
     job_parser,
-    nothing_to_do,
     retry_on_conflict,
-    run_stream,
+    run_if_configured,
     writer_stream,
 )
 from spark_jobs.session import build_session
@@ -133,10 +132,7 @@ def stream(spark: SparkSession, context: JobContext) -> Stream | None:
 
 def run(spark: SparkSession, context: JobContext) -> int:
     """Run gold in this session (replays share one session)."""
-    job = stream(spark, context)
-    if job is None:
-        return nothing_to_do("gold", context.registry, "gold")
-    return run_stream(job)
+    return run_if_configured(stream(spark, context), context, "gold")
 
 
 @exit_on_config_error

@@ -41,9 +41,8 @@ from spark_jobs.jobs.common import (
     delta_txn,
     exit_on_config_error,
     job_parser,
-    nothing_to_do,
     retry_on_conflict,
-    run_stream,
+    run_if_configured,
     writer_stream,
 )
 from spark_jobs.session import build_session
@@ -352,10 +351,7 @@ def stream(spark: SparkSession, context: JobContext) -> Stream | None:
 
 def run(spark: SparkSession, context: JobContext) -> int:
     """Run offline detection in this session (replays share one session)."""
-    job = stream(spark, context)
-    if job is None:
-        return nothing_to_do("offline", context.registry, "offline")
-    return run_stream(job)
+    return run_if_configured(stream(spark, context), context, "offline")
 
 
 @exit_on_config_error

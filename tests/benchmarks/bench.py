@@ -451,6 +451,43 @@ def stop_stream(process: subprocess.Popen) -> None:
         process.wait()
 
 
+def steady_fleet(devices: int, seed: int, seconds: float, rate: float) -> list[Generated]:
+    """``rate`` records a second for ``seconds`` from ``devices`` devices (a record
+    every 10 s of event time each), in order: no late uploads, no offline gaps."""
+    spec = FleetSpec(
+        devices=devices,
+        partitions=4,
+        seed=seed,
+        duration_ms=int(seconds * rate * 10_000 / devices),
+        offline_ratio=0.0,
+    )
+    return generate(spec)
+
+
+def start_continuous(
+    job: str, registry: TableRegistry, queries: Sequence[str], interval: str = "1s"
+) -> subprocess.Popen:
+    """spark-submit ``job`` (continuous) on the telemetry pipeline; returns once each
+    of ``queries`` has started (its checkpoint has metadata)."""
+    arguments = ["--pipeline", str(PIPELINE), "--lakehouse", registry.root, "--trigger", "continuous"]
+    process = subprocess.Popen(
+        submit_command(job, [*arguments, "--interval", interval]),
+        env=submit_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    for query in queries:
+        metadata = Path(join(registry.root, "_checkpoints", registry.config.name, query, "metadata"))
+        deadline = time.monotonic() + 300
+        while not metadata.exists():
+            if time.monotonic() > deadline:
+                stop_stream(process)
+                raise TimeoutError(f"{query} did not start its stream")
+            time.sleep(1)
+    return process
+
+
 def latency_benchmark(
     spark: SparkSession, config: PipelineConfig, seconds: float, rate: float, work: Path
 ) -> dict[str, float]:
@@ -459,34 +496,9 @@ def latency_benchmark(
     firing latency's median and p95 (a backlog, if the streams fall behind,
     counts in it)."""
     registry = TableRegistry(config, str(work / "latency"))
-    devices = 200
-    spec = FleetSpec(
-        devices=devices,
-        partitions=4,
-        seed=11,
-        duration_ms=int(seconds * rate * 10_000 / devices),
-        offline_ratio=0.0,
-    )
-    records = generate(spec)
-    arguments = ["--pipeline", str(PIPELINE), "--lakehouse", registry.root, "--trigger", "continuous"]
-    streams = [
-        subprocess.Popen(
-            submit_command(job, [*arguments, "--interval", "1s"]),
-            env=submit_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        for job in ("bronze", "silver")
-    ]
+    records = steady_fleet(200, 11, seconds, rate)
+    streams = [start_continuous(job, registry, [job]) for job in ("bronze", "silver")]
     try:
-        for job in ("bronze", "silver"):
-            metadata = Path(join(registry.root, "_checkpoints", config.name, job, "metadata"))
-            deadline = time.monotonic() + 300
-            while not metadata.exists():
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{job} did not start its stream")
-                time.sleep(1)
         write_landing(records, registry.landing_path, max(1, int(rate // 2)), rate=rate)
         drained(spark, registry, len(records))
     finally:
@@ -562,40 +574,9 @@ def continuous_benchmark(
     the records per second it carried from the first landing to silver having
     judged them all (the rate it keeps up with when ``rate`` is above it)."""
     registry = TableRegistry(config, str(work / "continuous"))
-    devices = 500
-    spec = FleetSpec(
-        devices=devices,
-        partitions=4,
-        seed=13,
-        duration_ms=int(seconds * rate * 10_000 / devices),
-        offline_ratio=0.0,
-    )
-    records = generate(spec)
-    arguments = [
-        "--pipeline",
-        str(PIPELINE),
-        "--lakehouse",
-        registry.root,
-        "--trigger",
-        "continuous",
-        "--interval",
-        "1s",
-    ]
-    application = subprocess.Popen(
-        submit_command("run", arguments),
-        env=submit_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    records = steady_fleet(500, 13, seconds, rate)
+    application = start_continuous("run", registry, ["bronze", "silver", "gold", "offline"])
     try:
-        for job in ("bronze", "silver", "gold", "offline"):
-            metadata = Path(join(registry.root, "_checkpoints", config.name, job, "metadata"))
-            deadline = time.monotonic() + 300
-            while not metadata.exists():
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{job} did not start its query")
-                time.sleep(1)
         started = time.monotonic()
         write_landing(records, registry.landing_path, max(1, int(rate)), rate=rate)
         fed = time.monotonic() - started
