@@ -242,7 +242,11 @@ class RunLog:
             message,
         )
         table = self.registry.ops["runs"]
-        self.spark.createDataFrame([row], table.schema).write.format("delta").mode("append").save(table.path)
+        # A session of its own: the running row is appended while the job's first
+        # micro-batch may hold Delta txn settings on the job's session, which would
+        # make this append part of that transaction id (and skip it on a replay).
+        session = self.spark.newSession()
+        session.createDataFrame([row], table.schema).write.format("delta").mode("append").save(table.path)
 
     def started(self) -> None:
         """Append the ``running`` row beside the job's start-up (a Delta commit costs
