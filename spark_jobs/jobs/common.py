@@ -94,8 +94,13 @@ class JobContext:
         interval = parse_duration(args.interval, "--interval", allow_zero=False)
         registry = TableRegistry(config, folder_argument(args.lakehouse, "--lakehouse"))
         checkpoint = folder_argument(args.checkpoint, "--checkpoint")
-        checkpoint = checkpoint or join(registry.root, "_checkpoints", config.name, job)
+        checkpoint = checkpoint or default_checkpoint(registry, job)
         return cls(job, config, registry, args.trigger, interval, checkpoint)
+
+
+def default_checkpoint(registry: TableRegistry, job: str) -> str:
+    """Where ``job`` keeps its checkpoint unless told otherwise, alone or in ``tidemark run``."""
+    return join(registry.root, "_checkpoints", registry.config.name, job)
 
 
 def folder_argument(path: str | None, field: str) -> str | None:

@@ -30,12 +30,12 @@ from spark_jobs.jobs import bronze, gold, offline, silver
 from spark_jobs.jobs.common import (
     JobContext,
     Stream,
+    default_checkpoint,
     exit_on_config_error,
     job_parser,
     run_streams,
 )
 from spark_jobs.session import build_session
-from spark_jobs.tables import join
 
 StreamFactory = Callable[[SparkSession, JobContext], Stream | None]
 # The available-now chain: each stage reads what the stages before it wrote.
@@ -49,7 +49,7 @@ STAGES: tuple[tuple[tuple[str, StreamFactory], ...], ...] = (
 def job_context(pipeline: JobContext, job: str) -> JobContext:
     """The context ``job`` has when submitted alone: its own default checkpoint."""
     registry = pipeline.registry
-    checkpoint = join(registry.root, "_checkpoints", registry.config.name, job)
+    checkpoint = default_checkpoint(registry, job)
     return JobContext(job, pipeline.config, registry, pipeline.trigger, pipeline.interval_ms, checkpoint)
 
 
