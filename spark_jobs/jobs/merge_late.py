@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import ConfigError, load_pipeline
 from spark_jobs.jobs import offline
 from spark_jobs.jobs.common import (
+    USER_METADATA,
     RunLog,
     RunTotals,
     crash_point,
@@ -52,7 +53,6 @@ from spark_jobs.sql import column_of, null_safe_match
 from spark_jobs.tables import TableRegistry, join
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures, partial_aggregates
 
-USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 

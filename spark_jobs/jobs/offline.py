@@ -22,6 +22,7 @@ watermark-only step: an idleness check, the end of input). Per trigger:
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,20 +35,22 @@ from spark_jobs.catalog import quote_identifier, string_literal
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.jobs.bronze import idempotent_append
 from spark_jobs.jobs.common import (
+    USER_METADATA,
     BatchWriter,
     JobContext,
     Stream,
     crash_point,
-    delta_txn,
     exit_on_config_error,
     job_parser,
     retry_on_conflict,
     run_if_configured,
+    session_settings,
+    txn_settings,
     writer_stream,
 )
 from spark_jobs.session import build_session
 from spark_jobs.sql import column_of, null_safe_match
-from spark_jobs.tables import TableRef, TableRegistry, table_version
+from spark_jobs.tables import TableRef, TableRegistry, commits, table_version
 from spark_jobs.transforms.offline import detection_watermark, transitions
 from spark_jobs.transforms.windows import is_marker, record_millis
 
@@ -104,8 +107,19 @@ def plan_steps(clock: DetectorClock, steps: Sequence[tuple[int, int]]) -> Steps:
     return Steps(starts, reached, DetectorClock(watermark, last_version))
 
 
-def read_state(spark: SparkSession, state: TableRef) -> DataFrame:
-    return spark.read.format("delta").load(state.path)
+@dataclass(frozen=True)
+class StateRead:
+    """The detector's state as read at one version of its table: the version tells
+    whether another writer committed between this read and a write based on it."""
+
+    rows: DataFrame
+    version: int
+
+
+def read_state(spark: SparkSession, state: TableRef) -> StateRead:
+    version = table_version(spark, state.path)
+    rows = spark.read.format("delta").option("versionAsOf", version).load(state.path)
+    return StateRead(rows, version)
 
 
 def detector_clock(state: DataFrame) -> DetectorClock:
@@ -159,6 +173,18 @@ def event_rows(events: DataFrame, key: Sequence[str], watermarks: Sequence[int],
     )
 
 
+def last_changes(key: Sequence[str], new_last: DataFrame) -> DataFrame:
+    """MERGE source rows that ``upsert`` the keys' new last rows."""
+    return new_last.select(
+        *key,
+        F.lit(LAST).alias("kind"),
+        "ts_ms",
+        "status",
+        F.lit("upsert").alias("action"),
+        F.lit(None).cast("long").alias("version"),
+    )
+
+
 def state_changes(
     key: Sequence[str],
     new_last: DataFrame,
@@ -167,31 +193,26 @@ def state_changes(
     clock: DetectorClock,
     spark: SparkSession,
 ) -> DataFrame:
-    """The MERGE source: ``upsert`` the new last rows and the clock, ``delete``
-    handled buffered tracks, ``insert`` arrived tracks still ahead of the watermark."""
+    """The detector's MERGE source: ``upsert`` the new last rows and the clock,
+    ``delete`` handled buffered tracks, ``insert`` arrived tracks still ahead of
+    the watermark."""
     nulls = [F.lit(None).alias(column) for column in key]
     buffered = buffer.select(*key, "ts_ms", F.lit(True).alias("was_buffered")).unionByName(
         arrived.select(*key, "ts_ms", F.lit(False).alias("was_buffered"))
     )
     buffered = buffered.groupBy(*key, "ts_ms").agg(F.max("was_buffered").alias("was_buffered"))
     due = F.col("ts_ms") <= F.lit(clock.watermark)
-    rows = [
-        new_last.select(*key, F.lit(LAST).alias("kind"), "ts_ms", "status", F.lit("upsert").alias("action")),
-        buffered.where(due & F.col("was_buffered")).select(
+
+    def buffer_change(rows: DataFrame, action: str) -> DataFrame:
+        return rows.select(
             *key,
             F.lit(BUFFERED).alias("kind"),
             "ts_ms",
             F.lit(None).cast("string").alias("status"),
-            F.lit("delete").alias("action"),
-        ),
-        buffered.where(~due & ~F.col("was_buffered")).select(
-            *key,
-            F.lit(BUFFERED).alias("kind"),
-            "ts_ms",
-            F.lit(None).cast("string").alias("status"),
-            F.lit("insert").alias("action"),
-        ),
-    ]
+            F.lit(action).alias("action"),
+            F.lit(None).cast("long").alias("version"),
+        )
+
     clock_row = spark.createDataFrame([(clock.watermark, clock.version)], "ts_ms long, version long").select(
         *nulls,
         F.lit(CLOCK).alias("kind"),
@@ -200,10 +221,12 @@ def state_changes(
         F.lit("upsert").alias("action"),
         "version",
     )
-    changes = (
-        rows[0].unionByName(rows[1]).unionByName(rows[2]).withColumn("version", F.lit(None).cast("long"))
+    return (
+        last_changes(key, new_last)
+        .unionByName(buffer_change(buffered.where(due & F.col("was_buffered")), "delete"))
+        .unionByName(buffer_change(buffered.where(~due & ~F.col("was_buffered")), "insert"))
+        .unionByName(clock_row)
     )
-    return changes.unionByName(clock_row, allowMissingColumns=True)
 
 
 def merge_state(
@@ -213,64 +236,89 @@ def merge_state(
     changes: DataFrame,
     txn: tuple[str, int] | None,
     now: datetime,
-) -> None:
+    read_version: int,
+) -> bool:
+    """MERGE ``changes``, computed from the state read at ``read_version``, into the
+    state table. True when another writer (the detector, or a merge's
+    re-derivation) committed in between: the changes were then computed from a
+    stale state, and the caller must re-derive the keys it touched."""
     same_row = (
         null_safe_match(key)
         & (F.col("t.kind") == F.col("s.kind"))
         & ((F.col("t.kind") != F.lit(BUFFERED)) | (F.col("t.ts_ms") == F.col("s.ts_ms")))
     )
     moment = F.lit(now).cast("timestamp")
+    label = f"tidemark-offline-state:{uuid.uuid4().hex}"
+    settings = {USER_METADATA: label, **(txn_settings(*txn) if txn else {})}
 
     def merge() -> None:
-        statement = (
-            DeltaTable.forPath(spark, state.path)
-            .alias("t")
-            .merge(changes.alias("s"), same_row)
-            .whenMatchedDelete(condition="s.action = 'delete'")
-            .whenMatchedUpdate(
-                condition="s.action = 'upsert'",
-                set={"ts_ms": "s.ts_ms", "status": "s.status", "version": "s.version", "updated_at": moment},
+        with session_settings(spark, settings):
+            (
+                DeltaTable.forPath(spark, state.path)
+                .alias("t")
+                .merge(changes.alias("s"), same_row)
+                .whenMatchedDelete(condition="s.action = 'delete'")
+                .whenMatchedUpdate(
+                    condition="s.action = 'upsert'",
+                    set={
+                        "ts_ms": "s.ts_ms",
+                        "status": "s.status",
+                        "version": "s.version",
+                        "updated_at": moment,
+                    },
+                )
+                .whenNotMatchedInsert(
+                    condition="s.action <> 'delete'",
+                    values={
+                        **{column: column_of("s", column) for column in key},
+                        "kind": "s.kind",
+                        "ts_ms": "s.ts_ms",
+                        "status": "s.status",
+                        "version": "s.version",
+                        "updated_at": moment,
+                    },
+                )
+                .execute()
             )
-            .whenNotMatchedInsert(
-                condition="s.action <> 'delete'",
-                values={
-                    **{column: column_of("s", column) for column in key},
-                    "kind": "s.kind",
-                    "ts_ms": "s.ts_ms",
-                    "status": "s.status",
-                    "version": "s.version",
-                    "updated_at": moment,
-                },
-            )
-        )
-        if txn is None:
-            statement.execute()
-        else:
-            with delta_txn(spark, *txn):
-                statement.execute()
 
     retry_on_conflict(merge, "offline state MERGE")
+    return committed_after_others(spark, state.path, read_version, label)
+
+
+def committed_after_others(spark: SparkSession, path: str, read_version: int, label: str) -> bool:
+    """Whether the commit labelled ``label`` came later than ``read_version + 1``:
+    someone else committed between the read and it. No such commit (Delta skipped
+    a replayed txn) is not late."""
+    latest = table_version(spark, path)
+    for commit in commits(spark, path, read_version + 1, latest):
+        if commit.user_metadata == label:
+            return commit.version > read_version + 1
+    return False
 
 
 def advance_detector(
     spark: SparkSession,
     registry: TableRegistry,
-    state: DataFrame,
+    state: StateRead,
     arrived: DataFrame,
     steps: Steps,
     txn: tuple[str, int],
     now: datetime,
 ) -> int:
     """Buffer ``arrived`` tracks, handle everything the watermark passed, write the
-    status events and the new state; returns how many events were emitted."""
+    status events and the new state; returns how many events were emitted.
+
+    A late merge may re-derive keys while this runs. When its state commit came
+    between this batch's read and its MERGE, the keys this batch handled were
+    judged against stale ``last`` rows, so they are re-derived again here."""
     offline = registry.config.offline
     assert offline is not None
     key = offline.key
     events_table, state_table, _ = offline_tables(registry)
     watermark = steps.after.watermark
-    buffer = state.where(F.col("kind") == BUFFERED).select(*key, "ts_ms")
+    buffer = state.rows.where(F.col("kind") == BUFFERED).select(*key, "ts_ms")
     due = buffer.unionByName(arrived).where(F.col("ts_ms") <= F.lit(watermark))
-    last = state.where(F.col("kind") == LAST).select(*key, "ts_ms", "status")
+    last = state.rows.where(F.col("kind") == LAST).select(*key, "ts_ms", "status")
     events, new_last = transitions(last, due, key, offline.timeout_ms, watermark)
     rows = event_rows(events, key, steps.watermarks, now).persist()
     try:
@@ -281,7 +329,9 @@ def advance_detector(
     finally:
         rows.unpersist()
     changes = state_changes(key, new_last, buffer, arrived, steps.after, spark)
-    merge_state(spark, state_table, key, changes, (f"{txn[0]}:state", txn[1]), now)
+    if merge_state(spark, state_table, key, changes, (f"{txn[0]}:state", txn[1]), now, state.version):
+        touched = new_last.select(*key).unionByName(events.select(*key))
+        rederive_keys(spark, registry, touched, now)
     crash_point("offline:state")
     return emitted
 
@@ -298,16 +348,17 @@ class OfflineBatchWriter(BatchWriter):
             return
         # The state is read once and pinned: the MERGE below rewrites the table it
         # was computed from.
-        state = read_state(spark, state_table).persist()
+        state = read_state(spark, state_table)
+        state.rows.persist()
         try:
-            clock = detector_clock(state)
+            clock = detector_clock(state.rows)
             steps = plan_steps(clock, received)
             if steps.after == clock:
                 return
             tracks = version_tracks(spark, registry, steps.starts)
             late_count = 0
             if tracks is None:
-                arrived = spark.createDataFrame([], state.select(*key, "ts_ms").schema)
+                arrived = spark.createDataFrame([], state.rows.select(*key, "ts_ms").schema)
                 self._advance(state, arrived, steps, batch_id, now)
             else:
                 judged = tracks.withColumn("is_late", F.col("ts_ms") <= F.col("watermark")).persist()
@@ -327,12 +378,12 @@ class OfflineBatchWriter(BatchWriter):
                 finally:
                     judged.unpersist()
         finally:
-            state.unpersist()
+            state.rows.unpersist()
         self.totals.batches += 1
         self.totals.late += late_count
 
     def _advance(
-        self, state: DataFrame, arrived: DataFrame, steps: Steps, batch_id: int, now: datetime
+        self, state: StateRead, arrived: DataFrame, steps: Steps, batch_id: int, now: datetime
     ) -> None:
         emitted = advance_detector(
             self.spark, self.context.registry, state, arrived, steps, (self.app_id, batch_id), now
@@ -388,12 +439,19 @@ def handled_tracks(
     )
 
 
+# How often a re-derivation starts over because the detector committed beside it.
+REDERIVE_ATTEMPTS = 10
+
+
 def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame, now: datetime) -> int:
     """Recompute the status history and state of ``keys`` from all their handled
     tracks, late ones included: after this, their status events equal a batch
     computation. Idempotent (a recomputation), so a killed merge simply reruns it.
     Events that stay keep the watermark they were detected at; new ones get the
-    detector's current watermark."""
+    detector's current watermark.
+
+    Safe beside the live detector: when it committed between this read of the state
+    and this MERGE, the recomputation used a stale clock and starts over."""
     offline = registry.config.offline
     assert offline is not None
     key = offline.key
@@ -403,12 +461,12 @@ def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame,
         affected = keys.count()
         if not affected:
             return 0
-        state = read_state(spark, state_table).persist()
-        try:
-            clock = detector_clock(state)
+        for _ in range(REDERIVE_ATTEMPTS):
+            state = read_state(spark, state_table)
+            clock = detector_clock(state.rows)
             if clock.version < 0:
                 return 0
-            no_last = state.where(F.lit(False)).select(*key, "ts_ms", "status")
+            no_last = state.rows.where(F.lit(False)).select(*key, "ts_ms", "status")
             events, new_last = transitions(
                 no_last,
                 handled_tracks(spark, registry, keys, clock),
@@ -416,13 +474,15 @@ def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame,
                 offline.timeout_ms,
                 clock.watermark,
             )
-            replace_events(spark, events_table, key, keys, event_rows(events, key, [clock.watermark], now))
-            empty = state.where(F.lit(False)).select(*key, "ts_ms")
-            changes = state_changes(key, new_last, empty, empty, clock, spark)
-            merge_state(spark, state_table, key, changes, None, now)
-        finally:
-            state.unpersist()
-        return affected
+            fresh = event_rows(events, key, [clock.watermark], now)
+            replace_events(spark, events_table, key, keys, fresh)
+            changes = last_changes(key, new_last)
+            if not merge_state(spark, state_table, key, changes, None, now, state.version):
+                return affected
+        raise RuntimeError(
+            f"the offline detector kept committing during {REDERIVE_ATTEMPTS} re-derivations of "
+            f"{affected} keys; run the merge again"
+        )
     finally:
         keys.unpersist()
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.config import load_pipeline
+from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.generator import START_MS, FleetSpec, generate, write_landing
-from spark_jobs.jobs import gold, merge_late
+from spark_jobs.jobs import gold, merge_late, offline
 from spark_jobs.jobs import silver as silver_job
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.jobs.replay import replay
@@ -40,9 +41,11 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 HOUR_MS = 3_600_000
 
 
-def replayed_fleet(spark, folder: Path, devices: int, duration_ms: int) -> tuple[Path, TableRegistry]:
+def replayed_fleet(
+    spark, folder: Path, devices: int, duration_ms: int, flush: bool = True
+) -> tuple[Path, TableRegistry]:
     """Generated telemetry with truly late records (10-30 min), replayed live-like
-    (small batches) and flushed: the late records sit in the quarantine."""
+    (small batches) and, with ``flush``, flushed: the late records sit in the quarantine."""
     pipeline = write_pipeline(folder)
     fleet = generate(
         FleetSpec(devices=devices, partitions=3, seed=11, duration_ms=duration_ms, late_ratio=0.05)
@@ -51,7 +54,7 @@ def replayed_fleet(spark, folder: Path, devices: int, duration_ms: int) -> tuple
     source.write_text("\n".join(record.line for record in fleet) + "\n")
     lakehouse = folder / "lakehouse"
     config = load_pipeline(pipeline)
-    assert replay(spark, config, source, str(lakehouse), batch_size=500, flush=True) == 0
+    assert replay(spark, config, source, str(lakehouse), batch_size=500, flush=flush) == 0
     return pipeline, TableRegistry(config, str(lakehouse))
 
 
@@ -155,6 +158,63 @@ def test_after_the_late_merge_silver_and_gold_equal_a_batch_computation_over_bro
     context = JobContext("gold", registry.config, registry, "available-now", 1_000, checkpoint)
     assert gold.run(spark, context) == 0
     assert engine_gold(spark, registry) == batch_gold(spark, registry)
+
+
+def end_the_input(spark, registry: TableRegistry) -> None:
+    """Flush silver, then let offline detection take the step: its last batch."""
+    assert silver_job.flush(spark, registry)
+    checkpoint = join(registry.root, "_checkpoints", registry.config.name, "offline")
+    context = JobContext("offline", registry.config, registry, "available-now", 1_000, checkpoint)
+    assert offline.run(spark, context) == 0
+
+
+def detector_watermark(spark, registry: TableRegistry) -> int:
+    state = spark.read.format("delta").load(registry.offline_state.path)
+    return state.where("kind = 'clock'").first().ts_ms
+
+
+def test_a_merge_landing_inside_a_detector_batch_leaves_the_status_events_of_a_batch_computation(
+    spark, tmp_path, monkeypatch
+):
+    pipeline, registry = replayed_fleet(spark, tmp_path, devices=4, duration_ms=40 * 60_000, flush=False)
+    assert statuses_of(spark, registry.late_tracks.path) == {"pending"}
+    merged_inside = []
+
+    def merge_between_events_and_state(step: str) -> None:
+        if step == "offline:events" and not merged_inside:
+            args = ["--pipeline", str(pipeline), "--lakehouse", registry.root]
+            merged_inside.append(merge_late.main(args))
+
+    monkeypatch.setattr(offline, "crash_point", merge_between_events_and_state)
+    end_the_input(spark, registry)
+    assert merged_inside == [0]
+    assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
+    assert detector_watermark(spark, registry) == MAX_WATERMARK
+    assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
+    assert_reconciles(spark, registry)
+
+
+def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock_back_nor_changes_events(
+    spark, tmp_path, monkeypatch
+):
+    pipeline, registry = replayed_fleet(spark, tmp_path, devices=4, duration_ms=40 * 60_000, flush=False)
+    assert statuses_of(spark, registry.late_tracks.path) == {"pending"}
+    replace_events = offline.replace_events
+    detector_ran = []
+
+    def detector_between_events_and_state(*args) -> None:
+        replace_events(*args)
+        if not detector_ran:
+            detector_ran.append(True)
+            end_the_input(spark, registry)
+
+    monkeypatch.setattr(offline, "replace_events", detector_between_events_and_state)
+    assert merge_late.main(["--pipeline", str(pipeline), "--lakehouse", registry.root]) == 0
+    assert detector_ran
+    assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
+    assert detector_watermark(spark, registry) == MAX_WATERMARK
+    assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
+    assert_reconciles(spark, registry)
 
 
 def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(spark, tmp_path):
