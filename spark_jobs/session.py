@@ -29,6 +29,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from spark_jobs.jars import local_jars
+from spark_jobs.jvm_archive import driver_java_options
 
 DEFAULT_MASTER = "local[*]"
 LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -62,7 +63,7 @@ def base_conf() -> dict[str, str]:
     # has no log4j file on disk: then spark-submit's own Java options stand.
     if LOG4J.is_file():
         java_options = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J}"
-        conf["spark.driver.extraJavaOptions"] = java_options
+        conf["spark.driver.extraJavaOptions"] = f"{java_options} {driver_java_options()}".rstrip()
         conf["spark.executor.extraJavaOptions"] = java_options
     return conf
 

@@ -1,0 +1,39 @@
+"""The class archive ``make setup`` builds is the one a spark-submitted job maps."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from spark_jobs.jvm_archive import archive_path
+from spark_jobs.session import spark_conf
+from spark_jobs.submit import spark_submit_binary, submit_env
+
+pytestmark = [pytest.mark.spark]
+
+PROBE = """
+from spark_jobs.session import build_session
+build_session("tidemark-archive-probe").range(3).count()
+"""
+
+
+def test_a_spark_submitted_driver_maps_sparks_classes_from_the_setup_archive(tmp_path):
+    assert archive_path().is_file(), "make setup builds the archive"
+    conf = spark_conf(local=True)
+    # -Xshare:on turns an archive the JVM cannot use (another class path, another
+    # Java) from a silent fallback into a failed start.
+    classes = tmp_path / "classes.log"
+    java_options = f"{conf['spark.driver.extraJavaOptions']} -Xshare:on -Xlog:class+load=info:file={classes}"
+    command = [spark_submit_binary(), "--master", "local[1]"]
+    for key, value in {**conf, "spark.driver.extraJavaOptions": java_options}.items():
+        command += ["--conf", f"{key}={value}"]
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    done = subprocess.run(
+        [*command, str(probe)], env=submit_env(), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = classes.read_text()
+    assert "org.apache.spark.SparkContext source: shared objects file (top)" in loaded
+    assert "org.apache.spark.sql.SparkSession source: shared objects file (top)" in loaded
