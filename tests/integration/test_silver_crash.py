@@ -59,8 +59,14 @@ def test_kill_9_silver_mid_stream_then_restart_gives_the_uninterrupted_answer(sp
         kill_hard(bronze)
     batches_before_kill = spark.read.format("delta").load(history).count()
 
-    # The restart (the pipeline's application, in this process) drains and flushes.
-    assert run_here("run", pipeline, lakehouse, "--trigger", "available-now", "--flush").returncode == 0
+    # The restart (the pipeline's application, in this process) drains the rest of the
+    # landing zone in one trigger and flushes.
+    unlimited = write_pipeline(
+        tmp_path,
+        source={"kind": "files", "path": str(landing), "format": "json"},
+        watermark={"strategy": "bounded", "max_out_of_orderness": "5s"},
+    )
+    assert run_here("run", unlimited, lakehouse, "--trigger", "available-now", "--flush").returncode == 0
 
     # Each partition is within its 5 s bound, so however the batches fell, nothing is
     # late: silver must equal one batch over everything, flushed.
