@@ -21,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ FINISHED = {"success", "failed"}
 USER = "admin"
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
+SERVER_ERROR_ATTEMPTS, SERVER_ERROR_PAUSE_S = 5, 2.0
 
 
 def free_port() -> int:
@@ -101,7 +103,10 @@ class Airflow:
         return json.loads(generated.read_text())[USER]
 
     def request(self, method: str, path: str, body: Any = None, token: str | None = "auto") -> Any:
-        """JSON in and out; ``token="auto"`` logs in once, None sends no token."""
+        """JSON in and out; ``token="auto"`` logs in once, None sends no token.
+
+        A server error is retried a few times: on SQLite, the api-server answers 500
+        when the scheduler holds the database longer than its busy timeout."""
         headers = {"Content-Type": "application/json"}
         if token == "auto":
             token = self.token()
@@ -109,9 +114,17 @@ class Airflow:
             headers["Authorization"] = f"Bearer {token}"
         data = None if body is None else json.dumps(body).encode()
         call = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        with urllib.request.urlopen(call, timeout=30) as response:
-            payload = response.read()
-        return json.loads(payload) if payload else None
+        attempt = 1
+        while True:
+            try:
+                with urllib.request.urlopen(call, timeout=30) as response:
+                    payload = response.read()
+                return json.loads(payload) if payload else None
+            except urllib.error.HTTPError as error:
+                if error.code < 500 or attempt == SERVER_ERROR_ATTEMPTS:
+                    raise
+            time.sleep(SERVER_ERROR_PAUSE_S * attempt)
+            attempt += 1
 
     def token(self) -> str:
         if self._token is None:
@@ -140,10 +153,16 @@ class Airflow:
         self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
-        run = self.request(
-            "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": dict(conf or {})}
-        )
-        return run["dag_run_id"]
+        """A new run of ``dag_id``; its id is chosen here, so a retried POST whose first
+        attempt did create the run finds it (409) instead of starting a second one."""
+        run_id = f"manual__tidemark_{uuid.uuid4().hex}"
+        body = {"dag_run_id": run_id, "logical_date": None, "conf": dict(conf or {})}
+        try:
+            self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
+        except urllib.error.HTTPError as error:
+            if error.code != 409:  # 409: an earlier attempt of this very POST created it
+                raise
+        return run_id
 
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]

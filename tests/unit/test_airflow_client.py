@@ -1,0 +1,88 @@
+"""The REST client of the standalone: server errors are retried, and a retried
+trigger never starts a second run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from tidemark_airflow import standalone
+from tidemark_airflow.standalone import PASSWORDS_FILE, USER, Airflow
+
+
+class FlakyAirflow(BaseHTTPRequestHandler):
+    """Answers like Airflow's api-server whose first ``failures`` answers to the
+    dagRuns POST are 500s, each after the run was created (a commit, then a lock)."""
+
+    failures = 0
+    runs: list[str] = []
+    posts = 0
+    gets = 0
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/auth/token":
+            return self.answer(201, {"access_token": "token"})
+        type(self).posts += 1
+        if body["dag_run_id"] in self.runs:
+            return self.answer(409, {"detail": "exists"})
+        self.runs.append(body["dag_run_id"])
+        if type(self).failures:
+            type(self).failures -= 1
+            return self.answer(500, {"detail": "database is locked"})
+        return self.answer(200, {"dag_run_id": body["dag_run_id"]})
+
+    def do_GET(self) -> None:
+        type(self).gets += 1
+        if self.path == "/api/v2/monitor/broken":
+            return self.answer(503, {"detail": "down"})
+        return self.answer(404, {"detail": "not found"})
+
+    def answer(self, code: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def airflow(tmp_path, monkeypatch) -> Iterator[Airflow]:
+    monkeypatch.setattr(standalone, "SERVER_ERROR_PAUSE_S", 0.01)
+    FlakyAirflow.failures, FlakyAirflow.runs, FlakyAirflow.posts, FlakyAirflow.gets = 0, [], 0, 0
+    (tmp_path / PASSWORDS_FILE).write_text(json.dumps({USER: "secret"}))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FlakyAirflow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Airflow(tmp_path, server.server_address[1])
+    finally:
+        server.shutdown()
+
+
+def test_a_trigger_answered_500_after_creating_its_run_is_retried_into_that_one_run(airflow):
+    FlakyAirflow.failures = 1
+    run_id = airflow.trigger("tidemark_late_merge", {})
+    assert FlakyAirflow.runs == [run_id]
+    assert FlakyAirflow.posts == 2
+
+
+def test_a_server_error_that_persists_is_raised_after_a_few_attempts(airflow):
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        airflow.request("GET", "/api/v2/monitor/broken", token=None)
+    assert raised.value.code == 503
+    assert FlakyAirflow.gets == standalone.SERVER_ERROR_ATTEMPTS
+
+
+def test_client_errors_are_not_retried(airflow):
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        airflow.request("GET", "/api/v2/dags/nope", token=None)
+    assert raised.value.code == 404
+    assert FlakyAirflow.gets == 1
