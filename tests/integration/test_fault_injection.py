@@ -157,8 +157,9 @@ def test_kill_9s_mid_work_while_files_land_lose_and_double_nothing(spark, tmp_pa
             print(f"kill {index + 1}: after {len(writes)} writes; last of each job: {kills[-1]}")
     finally:
         lander.finish()
-    # The restart after the last kill drains the input and ends it (+inf).
-    assert run_here("run", pipeline, lakehouse, "--trigger", "available-now", "--flush").returncode == 0
+    # The restart after the last kill drains the input in one trigger and ends it (+inf).
+    unlimited = write_pipeline(tmp_path, source={"kind": "files", "path": str(landing), "format": "json"})
+    assert run_here("run", unlimited, lakehouse, "--trigger", "available-now", "--flush").returncode == 0
 
     merge_kills = []
     for index in range(MERGE_KILLS):
