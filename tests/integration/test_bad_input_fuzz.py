@@ -440,6 +440,8 @@ LINE_DEFECTS = {
         "trailing_comma",
         "raw_control",
         "duplicate_key",
+        "duplicate_number",
+        "beyond_double",
         "bom",
         "deep",
         "unquoted_key",
@@ -495,6 +497,12 @@ def broken_json(draw: st.DrawFn, line: str, payload: dict[str, Any], variant: Va
         return line[:-1] + ', "note": "a' + draw(st.sampled_from(["\x01", "\x1f", "\t", "\x7f"])) + 'b"}'
     if defect == "duplicate_key":  # the last value wins, in Spark and in Python
         return line[:-1] + ', "region": ' + json.dumps(draw(NAMES)) + "}"
+    if defect == "duplicate_number":  # a typed read keeps the first value if the last fails
+        column = draw(st.sampled_from(["battery", "partition"]))
+        value = draw(st.sampled_from(['"x"', "2", "null", '"3"', "true"]))
+        return line[:-1] + f', "{column}": {value}' + "}"
+    if defect == "beyond_double":  # JSON reads it as infinite; as text it is no number
+        return line[:-1] + ', "speed": ' + draw(st.sampled_from(["1e400", "-1e400"])) + "}"
     if defect == "bom":
         return "\ufeff" + line
     if defect == "deep":
@@ -578,9 +586,10 @@ def landings(draw: st.DrawFn, variant: Variant) -> tuple[str, list[LandingFile]]
 
 
 def input_records(landed: LandingFile, has_header: bool) -> dict[int, tuple[str, str | None]]:
-    """Line number -> (record, CSV header) as the file contract reads the bytes: lines
-    split at \\n, one trailing \\r dropped, a final newline adds no record."""
-    lines = landed.text().split("\n")
+    """Line number -> (record, CSV header) as the file contract reads the bytes: a
+    byte-order mark that begins the file is no part of it, lines split at \\n, one
+    trailing \\r dropped, a final newline adds no record."""
+    lines = landed.text().removeprefix("\ufeff").split("\n")
     if lines[-1] == "":
         lines.pop()
     lines = [line.removesuffix("\r") for line in lines]

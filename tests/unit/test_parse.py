@@ -119,6 +119,23 @@ def test_anything_but_one_json_object_on_a_line_is_malformed(spark, line):
     assert reason_of(spark, line) == "malformed_record"
 
 
+@pytest.mark.parametrize(
+    ("line", "reason", "battery"),
+    [
+        (record(battery="12.5"), None, 12.5),  # a number in quotes casts, as its text does
+        (record(battery="NaN"), None, float("nan")),
+        (record()[:-1] + ', "battery": "empty"}', "wrong_type", None),  # the last of two wins
+        (record(battery="empty")[:-1] + ', "battery": 7}', None, 7.0),
+        (record()[:-1] + ', "battery": 1e400}', "wrong_type", None),  # beyond a double
+    ],
+)
+def test_a_value_is_judged_by_its_text_whichever_way_it_was_read(spark, line, reason, battery):
+    """Most records are read at their types in one parse; the others (anything that
+    did not convert) again as text. Both ways must give one answer."""
+    [row] = parse(spark, [line])
+    assert (row.reason, repr(row.battery)) == (reason, repr(battery))  # repr: NaN equals NaN
+
+
 def test_one_json_object_with_brackets_in_its_values_is_valid(spark):
     [row] = parse(spark, [record(region="[north]", device_id="]{x}[")])
     assert (row.reason, row.region, row.device_id) == (None, "[north]", "]{x}[")
@@ -285,15 +302,25 @@ def test_a_csv_field_that_begins_with_a_byte_order_mark_keeps_it(spark):
     assert [(row.reason, row.device_id) for row in parsed] == [(None, "\ufeff"), (None, "\ufeffd1")]
 
 
-def test_split_lines_numbers_lines_and_ignores_only_the_trailing_newline(spark):
+def test_split_lines_numbers_lines_after_the_header_and_ignores_only_the_trailing_newline(spark):
     files = spark.createDataFrame(
-        [("a\r\n\nb\n", "/l/one.json", NOW), ("h\nx", "/l/two.csv", NOW)],
+        [("h\r\na\r\n\nb\n", "/l/one.csv", NOW), ("h\nx", "/l/two.csv", NOW)],
         "value string, source_file string, ingest_time timestamp",
     )
-    rows = split_lines(files.where("source_file like '%json'"), has_header=False).collect()
-    assert [(r.raw, r.source_offset) for r in rows] == [("a", 1), ("", 2), ("b", 3)]
-    with_header = split_lines(files.where("source_file like '%csv'"), has_header=True).collect()
-    assert [(r.raw, r.source_offset, r.header) for r in with_header] == [("x", 2, "h")]
+    rows = split_lines(files).collect()
+    assert [(r.source_file, r.raw, r.source_offset, r.header) for r in rows] == [
+        ("/l/one.csv", "a", 2, "h"),
+        ("/l/one.csv", "", 3, "h"),
+        ("/l/one.csv", "b", 4, "h"),
+        ("/l/two.csv", "x", 2, "h"),
+    ]
+
+
+def test_a_byte_order_mark_that_begins_a_csv_file_is_not_part_of_its_header(spark):
+    files = spark.createDataFrame(
+        [("\ufeffh\n\ufeffx", "/l/one.csv", NOW)], "value string, source_file string, ingest_time timestamp"
+    )
+    assert [(r.header, r.raw) for r in split_lines(files).collect()] == [("h", "\ufeffx")]
 
 
 def test_a_zone_unknown_to_sparks_java_runtime_is_refused_before_any_table(spark, tmp_path):
