@@ -50,8 +50,10 @@ compose:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose; \
 	  else echo "need docker-compose for the compose test: sudo apt-get install docker-compose"; exit 1; fi; }
 
+# Two workers, a test file each at a time (its module fixtures start once): much of
+# the suite waits on processes it started, so two share the two cores well.
 test: setup browser compose lint
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadfile
 
 test-fast: setup
 	$(VENV)/bin/pytest -m "not slow and not spark"
