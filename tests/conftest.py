@@ -20,6 +20,29 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ.setdefault("AIRFLOW_CONN_TIDEMARK_SPARK", '{"conn_type": "spark", "host": "local[2]"}')
 
 
+# The files that take longest, longest first (from `--durations`): `make test` runs two
+# workers a file at a time, and a long file started last would leave one worker
+# running it alone. Any other file keeps its place after these.
+LONGEST_FIRST = (
+    "test_airflow_soak.py",
+    "test_fault_injection.py",
+    "test_late_merge.py",
+    "test_airflow_e2e.py",
+    "test_crash_points.py",
+    "test_bronze_ingest.py",
+    "test_sql_server.py",
+    "test_silver_matches_model.py",
+    "test_spark_cluster.py",
+    "test_source_partitions.py",
+    "test_silver_crash.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))
+
+
 @pytest.fixture(scope="session")
 def spark():
     from spark_jobs.session import build_session
