@@ -60,7 +60,14 @@ def mutate(path: str, value):
     return document
 
 
-DELETE = object()
+class Deleted:
+    """The field removed from the document (a stable test id, so parallel workers agree)."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+DELETE = Deleted()
 
 BAD_CONFIGS = [
     ("pipeline", "Telemetry", "pipeline", "[a-z]"),
