@@ -51,9 +51,10 @@ compose:
 	  else echo "need docker-compose for the compose test: sudo apt-get install docker-compose"; exit 1; fi; }
 
 # Two workers, a test file each at a time (its module fixtures start once): much of
-# the suite waits on processes it started, so two share the two cores well.
+# the suite waits on processes it started, so two share the two cores well. Files go
+# out in collection order (tests/conftest.py puts the longest first), not by test count.
 test: setup browser compose lint
-	$(VENV)/bin/pytest -n 2 --dist loadfile
+	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 test-fast: setup
 	$(VENV)/bin/pytest -m "not slow and not spark"
