@@ -28,7 +28,7 @@ from spark_jobs.jobs.common import (
     start_stream,
 )
 from spark_jobs.session import build_session
-from spark_jobs.sources import read_source, source_records
+from spark_jobs.sources import read_source
 from spark_jobs.sources.kafka import KafkaLatestOffsets, kafka_progress
 from spark_jobs.sources.progress import SourceProgress
 from spark_jobs.tables import TableRef, table_version
@@ -82,7 +82,7 @@ class BronzeBatchWriter(BatchWriter):
         registry = self.context.registry
         now = datetime.now(UTC)
         report = self.source_report(batch_id)
-        parsed = parse_records(source_records(batch, registry), registry.config, now)
+        parsed = parse_records(batch, registry.config, now)
         valid = F.col("reason").isNull()
         observed, observation = counted(parsed, valid=valid, rejected=~valid)
         before = table_version(self.spark, registry.bronze.path)

@@ -20,17 +20,6 @@ def read_source(spark: SparkSession, registry: TableRegistry) -> DataFrame:
     return read_landing(spark, config, registry.landing_path)
 
 
-def source_records(batch: DataFrame, registry: TableRegistry) -> DataFrame:
-    """A micro-batch of :func:`read_source`'s stream as raw records with their source
-    coordinates (what a stream cannot compute is added here)."""
-    source = registry.config.source
-    if source.kind == "files" and source.format == "json":
-        from spark_jobs.sources.files import numbered_lines
-
-        return numbered_lines(batch)
-    return batch
-
-
 def source_reports(
     spark: SparkSession, registry: TableRegistry, first: int, latest: int
 ) -> dict[int, SourceProgress]:

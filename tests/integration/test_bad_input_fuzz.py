@@ -586,10 +586,9 @@ def landings(draw: st.DrawFn, variant: Variant) -> tuple[str, list[LandingFile]]
 
 
 def input_records(landed: LandingFile, has_header: bool) -> dict[int, tuple[str, str | None]]:
-    """Line number -> (record, CSV header) as the file contract reads the bytes: a
-    byte-order mark that begins the file is no part of it, lines split at \\n, one
-    trailing \\r dropped, a final newline adds no record."""
-    lines = landed.text().removeprefix("\ufeff").split("\n")
+    """Line number -> (record, CSV header) as the file contract reads the bytes: lines
+    split at \\n, one trailing \\r dropped, a final newline adds no record."""
+    lines = landed.text().split("\n")
     if lines[-1] == "":
         lines.pop()
     lines = [line.removesuffix("\r") for line in lines]

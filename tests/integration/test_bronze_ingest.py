@@ -12,7 +12,6 @@ from pyspark.sql import functions as F
 
 from spark_jobs.cli import main as tidemark
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, send_to_kafka, write_landing
-from spark_jobs.jobs.common import session_settings
 from tests.integration.conftest import (
     assert_bronze_reconciles,
     delta_commits,
@@ -97,32 +96,6 @@ def test_csv_landing_zone_reconciles_exactly_through_the_cli(spark, tmp_path):
     )
 
     assert_bronze_reconciles(spark, registry_for(pipeline, lakehouse), manifest, generated)
-
-
-def test_line_numbers_hold_in_files_larger_than_sparks_read_splits(spark, tmp_path):
-    """Spark splits a large file across tasks; a JSON landing file is read whole in one
-    task (line numbers are positions in the task), whatever the session's split size."""
-    pipeline, lakehouse, generated, manifest, files = land(tmp_path, per_file=2_000)
-    small_splits = {"spark.sql.files.maxPartitionBytes": "16384", "spark.sql.files.openCostInBytes": "0"}
-    assert os.path.getsize(files[0]) > 10 * 16384
-    with session_settings(spark, small_splits):
-        assert run_here("bronze", pipeline, lakehouse).returncode == 0
-
-    registry = registry_for(pipeline, lakehouse)
-    assert_bronze_reconciles(spark, registry, manifest, generated)
-    rejects = spark.read.format("delta").load(registry.ops["rejects"].path)
-    coordinates = (
-        spark.read.format("delta")
-        .load(registry.bronze.path)
-        .select("source_file", "source_offset")
-        .unionByName(rejects.select("source_file", "source_offset"))
-        .groupBy("source_file")
-        .agg(F.count("*").alias("lines"), F.min("source_offset"), F.max("source_offset"))
-        .collect()
-    )
-    numbered = {Path(row[0]).name: tuple(row[1:]) for row in coordinates}
-    line_counts = {Path(f).name: Path(f).read_bytes().removesuffix(b"\n").count(b"\n") + 1 for f in files}
-    assert numbered == {name: (count, 1, count) for name, count in line_counts.items()}
 
 
 def test_a_replayed_micro_batch_writes_nothing_twice(spark, tmp_path):
