@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -158,22 +158,6 @@ def start_stream(
     return writer.start()
 
 
-@contextmanager
-def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """``settings`` on the session for the enclosed block only; its own values come back."""
-    saved = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
-
-
 def stream_app_id(spark: SparkSession, checkpoint: str) -> str:
     """The streaming query's id, stored in its checkpoint: stable across restarts
     from the same checkpoint, new when the checkpoint is reset (so a reset stream,
@@ -204,6 +188,18 @@ class BatchWriter:
     def app_id(self) -> str:
         self._app_id = self._app_id or stream_app_id(self.spark, self.context.checkpoint)
         return self._app_id
+
+
+@contextmanager
+def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` on the session for the enclosed writes only."""
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in settings:
+            spark.conf.unset(key)
 
 
 # The session setting that labels a Delta commit, so a writer can find its own
