@@ -497,7 +497,7 @@ def broken_json(draw: st.DrawFn, line: str, payload: dict[str, Any], variant: Va
         return line[:-1] + ', "note": "a' + draw(st.sampled_from(["\x01", "\x1f", "\t", "\x7f"])) + 'b"}'
     if defect == "duplicate_key":  # the last value wins, in Spark and in Python
         return line[:-1] + ', "region": ' + json.dumps(draw(NAMES)) + "}"
-    if defect == "duplicate_number":  # a typed read keeps the first value if the last fails
+    if defect == "duplicate_number":  # Spark's typed JSON read keeps the first if the last fails
         column = draw(st.sampled_from(["battery", "partition"]))
         value = draw(st.sampled_from(['"x"', "2", "null", '"3"', "true"]))
         return line[:-1] + f', "{column}": {value}' + "}"
