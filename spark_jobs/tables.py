@@ -485,6 +485,44 @@ def commits(spark: SparkSession, path: str, start: int, end: int) -> list[Commit
     return found
 
 
+# The actions that change a Delta table's rows, each carrying its partition values.
+_FILE_ACTIONS = frozenset({"AddFile", "RemoveFile", "AddCDCFile"})
+# The actions that change what every row means.
+_TABLE_ACTIONS = frozenset({"Metadata", "Protocol"})
+
+
+def changed_by_others(
+    spark: SparkSession, path: str, after: int, until: int, partition: tuple[str, str], own: frozenset[str]
+) -> bool:
+    """Whether a commit in versions ``after`` + 1 to ``until`` of a Delta table changed
+    the rows of one partition (``(column, value)``) or the table's metadata, without
+    a transaction of one of the app ids in ``own``. Read from the log on the driver
+    (no Spark job), so a writer that keeps what it last wrote in memory can tell
+    whether it must read the table again."""
+    if until <= after:
+        return False
+    jvm = spark.sparkContext._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    column, value = partition
+    changes = log.getChanges(after + 1, until, jvm.scala.Option.empty(), False)
+    while changes.hasNext():
+        actions = changes.next()._2()
+        touched, mine = False, False
+        for index in range(actions.size()):
+            action = actions.apply(index)
+            kind = action.getClass().getSimpleName()
+            if kind == "SetTransaction":
+                mine = mine or action.appId() in own
+            elif kind in _TABLE_ACTIONS:
+                touched = True
+            elif kind in _FILE_ACTIONS and not touched:
+                found = action.partitionValues().get(column)
+                touched = not found.isDefined() or found.get() == value
+        if touched and not mine:
+            return True
+    return False
+
+
 def discard_unfinished_creation(spark: SparkSession, path: str) -> bool:
     """Remove the ``_delta_log`` a creation killed before its first commit left
     behind (Delta makes ``_delta_log/_staged_commits`` first): Delta then takes the

@@ -34,6 +34,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline, parse_duration
 from spark_jobs.sources.progress import SourceProgress
+from spark_jobs.sql import local_rows
 from spark_jobs.tables import TableRegistry, hadoop_file, join, read_text
 
 TRIGGERS = ("continuous", "available-now")
@@ -258,7 +259,7 @@ class RunLog:
         # micro-batch may hold Delta txn settings on the job's session, which would
         # make this append part of that transaction id (and skip it on a replay).
         session = self.spark.newSession()
-        session.createDataFrame([row], table.schema).write.format("delta").mode("append").save(table.path)
+        local_rows(session, [row], table.schema).write.format("delta").mode("append").save(table.path)
 
     def started(self) -> None:
         """Append the ``running`` row beside the job's start-up (a Delta commit costs

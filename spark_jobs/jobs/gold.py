@@ -31,7 +31,7 @@ from spark_jobs.jobs.common import (
     writer_stream,
 )
 from spark_jobs.session import build_session
-from spark_jobs.sql import null_safe_match
+from spark_jobs.sql import local_rows, null_safe_match
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.gold import grain_keys, rolled_up, rollup
 
@@ -77,7 +77,7 @@ def refresh_gold(
     highest = datetime.fromtimestamp((max(key.grain_ms for key in keys) + gold.grain_ms) / 1000, UTC)
 
     def merge() -> None:
-        wanted = spark.createDataFrame(list(keys), key_schema).select(
+        wanted = local_rows(spark, list(keys), key_schema).select(
             F.timestamp_millis("grain_ms").alias("grain_start"), *gold.group_by
         )
         silver = (

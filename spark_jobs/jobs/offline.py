@@ -49,7 +49,7 @@ from spark_jobs.jobs.common import (
     writer_stream,
 )
 from spark_jobs.session import build_session
-from spark_jobs.sql import column_of, null_safe_match
+from spark_jobs.sql import column_of, local_rows, null_safe_match
 from spark_jobs.tables import TableRef, TableRegistry, commits, table_version
 from spark_jobs.transforms.offline import detection_watermark, transitions
 from spark_jobs.transforms.windows import is_marker, record_millis
@@ -136,7 +136,7 @@ def version_tracks(spark: SparkSession, registry: TableRegistry, starts: dict[in
     first, last = min(starts), min(max(starts), latest)
     if first > last:
         return None
-    clocks = spark.createDataFrame(list(starts.items()), "version long, watermark long")
+    clocks = local_rows(spark, list(starts.items()), "version long, watermark long")
     return (
         spark.read.format("delta")
         .option("readChangeFeed", "true")
@@ -213,7 +213,7 @@ def state_changes(
             F.lit(None).cast("long").alias("version"),
         )
 
-    clock_row = spark.createDataFrame([(clock.watermark, clock.version)], "ts_ms long, version long").select(
+    clock_row = local_rows(spark, [(clock.watermark, clock.version)], "ts_ms long, version long").select(
         *nulls,
         F.lit(CLOCK).alias("kind"),
         "ts_ms",
@@ -358,7 +358,7 @@ class OfflineBatchWriter(BatchWriter):
             tracks = version_tracks(spark, registry, steps.starts)
             late_count = 0
             if tracks is None:
-                arrived = spark.createDataFrame([], state.rows.select(*key, "ts_ms").schema)
+                arrived = local_rows(spark, [], state.rows.select(*key, "ts_ms").schema)
                 self._advance(state, arrived, steps, batch_id, now)
             else:
                 judged = tracks.withColumn("is_late", F.col("ts_ms") <= F.col("watermark")).persist()

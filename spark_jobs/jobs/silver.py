@@ -50,8 +50,8 @@ from spark_jobs.jobs.common import (
 from spark_jobs.session import build_session
 from spark_jobs.sources import source_reports
 from spark_jobs.sources.progress import SourceProgress, known_partitions, lagging_partitions, partition_order
-from spark_jobs.sql import column_of, null_safe_match
-from spark_jobs.tables import TableRegistry, table_version
+from spark_jobs.sql import column_of, local_rows, null_safe_match
+from spark_jobs.tables import TableRegistry, changed_by_others, table_version
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
 from spark_jobs.transforms.windows import (
     assign_windows,
@@ -171,6 +171,45 @@ def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
     for row in rows:
         tracker.restore(PartitionSnapshot(*row[:-2]))
     return SavedClock(tracker, judged, unfinished_ms)
+
+
+class ClockMemory:
+    """The pipeline clock as a stream's last batch left it, kept on the driver
+    between batches and between runs of the stream in one process (DESIGN §4b):
+    reading it back costs two table reads, one of them over the whole watermark
+    history. It is read again on the stream's first batch in a process, after a
+    batch that failed, and whenever another writer (an idleness check, a flush, a
+    maintenance job) has committed to the pipeline's clocks since, which the
+    tables' logs tell without a Spark job."""
+
+    def __init__(self) -> None:
+        self.saved: SavedClock | None = None
+        self.versions: dict[str, int] = {}
+
+    def recall(self, spark: SparkSession, registry: TableRegistry, own: frozenset[str]) -> SavedClock:
+        """The saved clock; ``own`` are the app ids of this stream's own clock writes."""
+        paths = (registry.ops["watermarks"].path, registry.ops["watermark_history"].path)
+        # Versions first: a commit landing during a read is then looked at again next time.
+        current = {path: table_version(spark, path) for path in paths}
+        partition = ("pipeline", registry.config.name)
+        changed = (
+            changed_by_others(spark, path, self.versions[path], current[path], partition, own)
+            for path in paths
+        )
+        if self.saved is None or any(changed):
+            self.saved = load_clock(spark, registry)
+        self.versions = current
+        return self.saved
+
+    def keep(self, saved: SavedClock) -> None:
+        self.saved = saved
+
+    def forget(self) -> None:
+        self.saved = None
+
+
+# Per stream (its app id): a replay runs silver once per micro-batch in one process.
+_CLOCK_MEMORIES: dict[str, ClockMemory] = {}
 
 
 def _moment(millis: int | None) -> datetime | None:
@@ -327,7 +366,7 @@ def write_history(
         )
         for clock in plan
     ]
-    idempotent_append(spark.createDataFrame(rows, table.schema), table, f"{app_id}:history", batch_id)
+    idempotent_append(local_rows(spark, rows, table.schema), table, f"{app_id}:history", batch_id)
 
 
 def write_partition_clocks(
@@ -356,7 +395,7 @@ def write_partition_clocks(
     ]
     if not rows:
         return
-    updates = spark.createDataFrame(rows, table.schema).alias("s")
+    updates = local_rows(spark, rows, table.schema).alias("s")
 
     def merge() -> None:
         target = DeltaTable.forPath(spark, table.path).alias("t")
@@ -413,7 +452,19 @@ def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: i
 
 
 class SilverBatchWriter(BatchWriter):
+    @property
+    def clock(self) -> ClockMemory:
+        return _CLOCK_MEMORIES.setdefault(self.app_id, ClockMemory())
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self.write_batch(batch, batch_id)
+        except BaseException:
+            # The tracker may have moved past what committed.
+            self.clock.forget()
+            raise
+
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         spark = self.spark
         registry = self.context.registry
         config = registry.config
@@ -424,7 +475,8 @@ class SilverBatchWriter(BatchWriter):
             if not summary:
                 return
             last_version = max(row[0] for row in summary)
-            saved = load_clock(spark, registry)
+            own = frozenset({f"{self.app_id}:history", f"{self.app_id}:watermarks"})
+            saved = self.clock.recall(spark, registry, own)
             if saved.judged_version is not None and last_version <= saved.judged_version:
                 # A replay of a batch whose every write committed (the partition
                 # clocks come last) before Spark logged it. Judged again against the
@@ -443,7 +495,8 @@ class SilverBatchWriter(BatchWriter):
                 # grown since, must plan exactly as the first run did.
                 source_reports(spark, registry, summary[0][0], last_version),
             )
-            clocks = spark.createDataFrame(
+            clocks = local_rows(
+                spark,
                 [(clock.version, clock.watermark_before) for clock in plan],
                 "version long, watermark_before long",
             )
@@ -475,6 +528,7 @@ class SilverBatchWriter(BatchWriter):
             crash_point("silver:history")
             write_partition_clocks(spark, registry, tracker, last_version, self.app_id, batch_id, now)
             crash_point("silver:clocks")
+            self.clock.keep(SavedClock(tracker, last_version))
         finally:
             records.unpersist()
         on_time_total = sum(on for on, _ in per_version.values())
