@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs.generator import FleetSpec, generate
+from spark_jobs.generator import FleetSpec, generate, land_files
+from spark_jobs.jobs import silver
 from spark_jobs.jobs.common import JobContext, RunTotals
 from spark_jobs.jobs.silver import SilverBatchWriter
-from spark_jobs.tables import join
+from spark_jobs.tables import TableRegistry, join
 from tests.integration.engine import (
     BASE_MS,
     assert_reconciles,
@@ -21,6 +24,7 @@ from tests.integration.engine import (
     payload,
     replay_batches,
     rounded,
+    run_jobs,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -190,3 +194,22 @@ def test_replaying_a_batch_that_had_no_late_records_quarantines_nothing(spark, r
     replay_last_batch(spark, config, registry, 0)
     assert snapshot(spark, registry) == before
     assert_reconciles(spark, registry, batch)
+
+
+def test_a_silver_stream_judges_its_next_batch_by_an_idleness_step_taken_between_its_runs(spark, root):
+    # The stream keeps its clock in memory between runs; the step is another writer's.
+    config = engine_config(TUMBLING, {"strategy": "bounded", "max_out_of_orderness": "0s", "idleness": "1ms"})
+    registry = TableRegistry(config, str(root / config.name))
+    first = [payload(0, BASE_MS + 5 * 60_000, "a", 50.0, 1.0), payload(1, BASE_MS + 1_000, "b", 50.0, 1.0)]
+    # On time against the first batch's watermark (1 s), late once both partitions are idle.
+    second = [payload(0, BASE_MS + 2 * 60_000, "a", 50.0, 1.0)]
+    land_files([[json.dumps(record) for record in first]], registry.landing_path, "json")
+    run_jobs(spark, registry, "bronze", "silver")
+    step = silver.advance_idle(spark, registry, datetime.now(UTC))
+    assert step is not None and step.watermark_after == BASE_MS + 5 * 60_000 - 1
+    land_files([[json.dumps(record) for record in second]], registry.landing_path, "json")
+    run_jobs(spark, registry, "bronze", "silver")
+
+    quarantined = spark.read.format("delta").load(registry.quarantine.path).collect()
+    assert [(row.device_id, row.watermark) for row in quarantined] == [("a", BASE_MS + 5 * 60_000 - 1)]
+    assert_reconciles(spark, registry, first + second)

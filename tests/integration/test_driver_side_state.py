@@ -1,0 +1,101 @@
+"""What the jobs keep and build on the driver between Spark jobs: rows made in the
+JVM from driver-side values, and the log check that tells a writer whether the
+clock it keeps in memory is still the table's."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from spark_jobs.sql import local_rows
+from spark_jobs.tables import changed_by_others, table_version
+
+pytestmark = pytest.mark.spark
+
+CLOCKS = "pipeline string, source_partition string, watermark long"
+OWN = frozenset({"silver-query:watermarks"})
+PIPELINE = ("pipeline", "p1")
+
+
+def test_local_rows_hold_the_values_and_types_create_dataframe_gives(spark):
+    schema = "name string, at timestamp, ratio double, flag boolean, count long, tiny int"
+    rows = [
+        ("a", datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=UTC), 1.5, True, 2**40, 7),
+        (None, None, float("inf"), None, None, None),
+        ('é "quoted" \\ text', datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), -0.1, False, -1, 0),
+    ]
+    made = local_rows(spark, rows, schema)
+    expected = spark.createDataFrame(rows, schema)
+    assert made.schema.simpleString() == expected.schema.simpleString()
+    assert made.collect() == expected.collect()
+
+
+def test_local_rows_read_a_naive_datetime_as_utc(spark):
+    naive = datetime(2026, 3, 1, 12, 30)
+    (row,) = local_rows(spark, [(naive,)], "at timestamp").selectExpr("unix_millis(at) AS ms").collect()
+    assert row.ms == int(naive.replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def test_local_rows_of_nothing_are_an_empty_frame_with_the_schema(spark):
+    made = local_rows(spark, [], "name string, count long")
+    assert made.collect() == []
+    assert made.schema.simpleString() == "struct<name:string,count:bigint>"
+
+
+def clocks_table(spark, tmp_path) -> str:
+    path = str(tmp_path / "watermarks")
+    local_rows(spark, [("p1", "0", 1), ("p2", "0", 1)], CLOCKS).write.format("delta").partitionBy(
+        "pipeline"
+    ).save(path)
+    return path
+
+
+def append(spark, path: str, pipeline: str, app_id: str | None = None) -> None:
+    writer = local_rows(spark, [(pipeline, "1", 2)], CLOCKS).write.format("delta").mode("append")
+    if app_id is not None:
+        writer = writer.option("txnAppId", app_id).option("txnVersion", table_version(spark, path))
+    writer.save(path)
+
+
+def test_a_writers_own_commits_leave_its_memory_current(spark, tmp_path):
+    path = clocks_table(spark, tmp_path)
+    seen = table_version(spark, path)
+    append(spark, path, "p1", "silver-query:watermarks")
+    assert not changed_by_others(spark, path, seen, table_version(spark, path), PIPELINE, OWN)
+
+
+def test_another_writers_commit_to_the_pipeline_invalidates_the_memory(spark, tmp_path):
+    path = clocks_table(spark, tmp_path)
+    seen = table_version(spark, path)
+    append(spark, path, "p1", "silver-query:watermarks")
+    append(spark, path, "p1", "idle-p1:watermarks")
+    assert changed_by_others(spark, path, seen, table_version(spark, path), PIPELINE, OWN)
+
+
+def test_a_commit_without_a_transaction_invalidates_the_memory(spark, tmp_path):
+    path = clocks_table(spark, tmp_path)
+    seen = table_version(spark, path)
+    append(spark, path, "p1")
+    assert changed_by_others(spark, path, seen, table_version(spark, path), PIPELINE, OWN)
+
+
+def test_another_pipelines_commits_leave_the_memory_current(spark, tmp_path):
+    path = clocks_table(spark, tmp_path)
+    seen = table_version(spark, path)
+    append(spark, path, "p2", "idle-p2:watermarks")
+    append(spark, path, "p2")
+    assert not changed_by_others(spark, path, seen, table_version(spark, path), PIPELINE, OWN)
+
+
+def test_a_changed_table_definition_invalidates_the_memory(spark, tmp_path):
+    path = clocks_table(spark, tmp_path)
+    seen = table_version(spark, path)
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.logRetentionDuration' = '30 days')")
+    assert changed_by_others(spark, path, seen, table_version(spark, path), PIPELINE, OWN)
+
+
+def test_nothing_committed_since_leaves_the_memory_current(spark, tmp_path):
+    path = clocks_table(spark, tmp_path)
+    version = table_version(spark, path)
+    assert not changed_by_others(spark, path, version, version, PIPELINE, OWN)
