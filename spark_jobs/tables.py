@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     BinaryType,
@@ -498,29 +499,46 @@ def changed_by_others(
     the rows of one partition (``(column, value)``) or the table's metadata, without
     a transaction of one of the app ids in ``own``. Read from the log on the driver
     (no Spark job), so a writer that keeps what it last wrote in memory can tell
-    whether it must read the table again."""
-    if until <= after:
+    whether it must read the table again. A log that no longer holds every one of
+    those commits (cleaned up), or a table younger than ``after`` (made again),
+    counts as changed."""
+    if until == after:
         return False
+    if until < after:
+        return True
     jvm = spark.sparkContext._jvm
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     column, value = partition
-    changes = log.getChanges(after + 1, until, jvm.scala.Option.empty(), False)
-    while changes.hasNext():
-        actions = changes.next()._2()
-        touched, mine = False, False
-        for index in range(actions.size()):
-            action = actions.apply(index)
-            kind = action.getClass().getSimpleName()
-            if kind == "SetTransaction":
-                mine = mine or action.appId() in own
-            elif kind in _TABLE_ACTIONS:
-                touched = True
-            elif kind in _FILE_ACTIONS and not touched:
-                found = action.partitionValues().get(column)
-                touched = not found.isDefined() or found.get() == value
-        if touched and not mine:
-            return True
+    try:
+        changes = log.getChanges(after + 1, until, jvm.scala.Option.empty(), True)
+        while changes.hasNext():
+            actions = changes.next()._2()
+            if _touches(actions, column, value) and not _carries_transaction(actions, own):
+                return True
+    except Py4JJavaError:  # a commit file is gone: the log cannot vouch for the memory
+        return True
     return False
+
+
+def _actions(actions: Any) -> Iterator[tuple[str, Any]]:
+    for index in range(actions.size()):
+        action = actions.apply(index)
+        yield action.getClass().getSimpleName(), action
+
+
+def _touches(actions: Any, column: str, value: str) -> bool:
+    for kind, action in _actions(actions):
+        if kind in _TABLE_ACTIONS:
+            return True
+        if kind in _FILE_ACTIONS:
+            found = action.partitionValues().get(column)
+            if not found.isDefined() or found.get() == value:
+                return True
+    return False
+
+
+def _carries_transaction(actions: Any, app_ids: frozenset[str]) -> bool:
+    return any(kind == "SetTransaction" and action.appId() in app_ids for kind, action in _actions(actions))
 
 
 def discard_unfinished_creation(spark: SparkSession, path: str) -> bool:

@@ -22,6 +22,7 @@ watermark-only step: an idleness check, the end of input). Per trigger:
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -439,8 +440,12 @@ def handled_tracks(
     )
 
 
-# How often a re-derivation starts over because the detector committed beside it.
+# How often a re-derivation starts over because the detector committed beside it,
+# pausing a little longer each time: the detector commits in bursts (one batch per
+# watermark step a silver batch took), and a re-derivation that retries at once
+# loses to every commit of the burst.
 REDERIVE_ATTEMPTS = 10
+REDERIVE_PAUSE_S = 0.5
 
 
 def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame, now: datetime) -> int:
@@ -461,7 +466,8 @@ def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame,
         affected = keys.count()
         if not affected:
             return 0
-        for _ in range(REDERIVE_ATTEMPTS):
+        for attempt in range(REDERIVE_ATTEMPTS):
+            time.sleep(REDERIVE_PAUSE_S * attempt)
             state = read_state(spark, state_table)
             clock = detector_clock(state.rows)
             if clock.version < 0:

@@ -208,8 +208,9 @@ class ClockMemory:
         self.saved = None
 
 
-# Per stream (its app id): a replay runs silver once per micro-batch in one process.
-_CLOCK_MEMORIES: dict[str, ClockMemory] = {}
+# Per stream (its app id), lakehouse and watermark settings: a replay runs silver
+# once per micro-batch in one process.
+_CLOCK_MEMORIES: dict[tuple[str, str, str], ClockMemory] = {}
 
 
 def _moment(millis: int | None) -> datetime | None:
@@ -454,7 +455,9 @@ def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: i
 class SilverBatchWriter(BatchWriter):
     @property
     def clock(self) -> ClockMemory:
-        return _CLOCK_MEMORIES.setdefault(self.app_id, ClockMemory())
+        registry = self.context.registry
+        place = (self.app_id, registry.ops["watermarks"].path, repr(registry.config.watermark))
+        return _CLOCK_MEMORIES.setdefault(place, ClockMemory())
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:

@@ -4,7 +4,9 @@ clock it keeps in memory is still the table's."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from datetime import UTC, date, datetime
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -19,11 +21,19 @@ PIPELINE = ("pipeline", "p1")
 
 
 def test_local_rows_hold_the_values_and_types_create_dataframe_gives(spark):
-    schema = "name string, at timestamp, ratio double, flag boolean, count long, tiny int"
+    schema = "name string, at timestamp, day date, ratio double, flag boolean, count long, tiny int"
     rows = [
-        ("a", datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=UTC), 1.5, True, 2**40, 7),
-        (None, None, float("inf"), None, None, None),
-        ('é "quoted" \\ text', datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), -0.1, False, -1, 0),
+        ("a", datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=UTC), date(2026, 2, 28), 1.5, True, 2**40, 7),
+        (None, None, None, float("inf"), None, None, None),
+        (
+            'é "quoted" \\ text',
+            datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+            date(1969, 12, 31),
+            -0.1,
+            False,
+            -1,
+            0,
+        ),
     ]
     made = local_rows(spark, rows, schema)
     expected = spark.createDataFrame(rows, schema)
@@ -31,10 +41,26 @@ def test_local_rows_hold_the_values_and_types_create_dataframe_gives(spark):
     assert made.collect() == expected.collect()
 
 
-def test_local_rows_read_a_naive_datetime_as_utc(spark):
+@pytest.fixture
+def new_york_time(monkeypatch):
+    """This process's local time zone set to New York (the machines run in UTC)."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_local_rows_read_a_naive_datetime_in_local_time_as_create_dataframe_does(spark, new_york_time):
     naive = datetime(2026, 3, 1, 12, 30)
-    (row,) = local_rows(spark, [(naive,)], "at timestamp").selectExpr("unix_millis(at) AS ms").collect()
-    assert row.ms == int(naive.replace(tzinfo=UTC).timestamp() * 1000)
+    made = local_rows(spark, [(naive,)], "at timestamp").selectExpr("unix_millis(at)").first()[0]
+    expected = spark.createDataFrame([(naive,)], "at timestamp").selectExpr("unix_millis(at)").first()[0]
+    assert made == expected == int(naive.replace(tzinfo=ZoneInfo("America/New_York")).timestamp() * 1000)
+
+
+def test_local_rows_refuse_a_value_of_the_wrong_type(spark):
+    with pytest.raises(Exception, match=r"(?i)malformed|parse|FAILFAST"):
+        local_rows(spark, [("not a number",)], "count long").collect()
 
 
 def test_local_rows_of_nothing_are_an_empty_frame_with_the_schema(spark):
@@ -99,3 +125,20 @@ def test_nothing_committed_since_leaves_the_memory_current(spark, tmp_path):
     path = clocks_table(spark, tmp_path)
     version = table_version(spark, path)
     assert not changed_by_others(spark, path, version, version, PIPELINE, OWN)
+
+
+def test_a_log_that_lost_a_commit_cannot_vouch_for_the_memory(spark, tmp_path):
+    path = clocks_table(spark, tmp_path)
+    seen = table_version(spark, path)
+    append(spark, path, "p1", "silver-query:watermarks")
+    append(spark, path, "p1", "silver-query:watermarks")
+    until = table_version(spark, path)
+    (tmp_path / "watermarks" / "_delta_log" / f"{seen + 1:020d}.json").unlink()
+    assert changed_by_others(spark, path, seen, until, PIPELINE, OWN)
+
+
+def test_a_table_younger_than_the_memory_invalidates_it(spark, tmp_path):
+    path = clocks_table(spark, tmp_path)
+    assert changed_by_others(
+        spark, path, table_version(spark, path) + 3, table_version(spark, path), PIPELINE, OWN
+    )

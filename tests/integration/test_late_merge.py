@@ -17,7 +17,7 @@ from spark_jobs.jobs import gold, merge_late, offline
 from spark_jobs.jobs import silver as silver_job
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.jobs.replay import replay
-from spark_jobs.tables import TableRegistry, join
+from spark_jobs.tables import TableRegistry, join, table_version
 from tests.integration.conftest import (
     delta_commits,
     kill_hard,
@@ -217,7 +217,7 @@ def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock
     assert_reconciles(spark, registry)
 
 
-def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(spark, tmp_path):
+def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(spark, tmp_path, monkeypatch):
     landing, lakehouse = tmp_path / "landing", tmp_path / "lakehouse"
     pipeline = write_pipeline(
         tmp_path,
@@ -229,6 +229,19 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
     write_landing(fleet, landing, 60)
     # The pipeline's streams in their application; the merges in this process beside it.
     streams = start_job("run", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms")
+    clocks = registry.ops["watermarks"].path
+    mark = merge_late.crash_point
+    held = []
+
+    def hold_until_silver_commits(step: str) -> None:
+        # The first merge waits, its records claimed, for a silver batch to commit:
+        # on a loaded machine a silver batch may take longer than a whole merge.
+        if step == "merge_late:claim" and not held:
+            held.append(table_version(spark, clocks))
+            wait_for(lambda: table_version(spark, clocks) > held[0], 300, "a silver batch inside the merge")
+        mark(step)
+
+    monkeypatch.setattr(merge_late, "crash_point", hold_until_silver_commits)
     try:
         wait_for(lambda: table_rows(spark, registry.quarantine.path) > 0, 300, "a first quarantined record")
         for _ in range(2):
