@@ -446,12 +446,27 @@ def create_if_missing(spark: SparkSession, table: TableRef) -> bool:
     return True
 
 
+def _delta_log(spark: SparkSession, path: str) -> Any:
+    """The table's DeltaLog in the JVM, for what the log tells without a Spark job."""
+    return spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+
+
+def _log_changes(
+    spark: SparkSession, path: str, start: int, end: int, fail_on_data_loss: bool
+) -> Iterator[Any]:
+    """(version, actions) of each commit from ``start`` to ``end`` (inclusive); a
+    missing commit file is skipped, or raises with ``fail_on_data_loss``."""
+    jvm = spark.sparkContext._jvm
+    changes = _delta_log(spark, path).getChanges(start, end, jvm.scala.Option.empty(), fail_on_data_loss)
+    while changes.hasNext():
+        yield changes.next()
+
+
 def table_version(spark: SparkSession, path: str) -> int:
     """The Delta table's latest version, from its log (milliseconds; reading the
     history is a Spark job that costs a fifth of a second per call)."""
     jvm = spark.sparkContext._jvm
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    return log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).version()
+    return _delta_log(spark, path).update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).version()
 
 
 @dataclass(frozen=True)
@@ -464,25 +479,18 @@ class Commit:
 def commits(spark: SparkSession, path: str, start: int, end: int) -> list[Commit]:
     """The commit infos of versions ``start`` to ``end`` of a Delta table, read from
     its log on the driver: a few milliseconds a commit, no Spark job."""
-    jvm = spark.sparkContext._jvm
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     found = []
-    changes = log.getChanges(max(start, 0), end, jvm.scala.Option.empty(), False)
-    while changes.hasNext():
-        version_actions = changes.next()
-        actions = version_actions._2()
-        for index in range(actions.size()):
-            action = actions.apply(index)
-            if action.getClass().getSimpleName() == "CommitInfo":
-                metadata = action.userMetadata()
-                found.append(
-                    Commit(
-                        version_actions._1(),
-                        action.timestamp().getTime(),
-                        metadata.get() if metadata.isDefined() else None,
-                    )
+    for version_actions in _log_changes(spark, path, max(start, 0), end, fail_on_data_loss=False):
+        info = next((action for kind, action in _actions(version_actions._2()) if kind == "CommitInfo"), None)
+        if info is not None:
+            metadata = info.userMetadata()
+            found.append(
+                Commit(
+                    version_actions._1(),
+                    info.timestamp().getTime(),
+                    metadata.get() if metadata.isDefined() else None,
                 )
-                break
+            )
     return found
 
 
@@ -506,13 +514,10 @@ def changed_by_others(
         return False
     if until < after:
         return True
-    jvm = spark.sparkContext._jvm
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     column, value = partition
     try:
-        changes = log.getChanges(after + 1, until, jvm.scala.Option.empty(), True)
-        while changes.hasNext():
-            actions = changes.next()._2()
+        for version_actions in _log_changes(spark, path, after + 1, until, fail_on_data_loss=True):
+            actions = version_actions._2()
             if _touches(actions, column, value) and not _carries_transaction(actions, own):
                 return True
     except Py4JJavaError:  # a commit file is gone: the log cannot vouch for the memory
