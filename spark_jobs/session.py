@@ -14,9 +14,10 @@ partitions: every partition is a task, and on a batch this size scheduling them
 costs more than the work. Size shuffles to the cores an application gets (about
 twice as many) with ``$TIDEMARK_SHUFFLE_PARTITIONS``; ``$TIDEMARK_DRIVER_MEMORY``
 sizes the driver; ``TIDEMARK_SPARK_UI=true`` turns the Spark UI on (off by
-default: its web server costs every start-up). Nothing here assumes the driver's disk is the executors': the
-jars in ``spark.jars`` are served to executors by the driver, and
-``$TIDEMARK_S3_ENDPOINT`` points s3a:// lakehouse paths at object storage
+default: its web server costs every start-up). ``$TIDEMARK_JVM_PROFILE`` picks the
+JVMs' compiler and collector (:data:`JVM_PROFILES`). Nothing here assumes the
+driver's disk is the executors': the jars in ``spark.jars`` are served to
+executors by the driver, and ``$TIDEMARK_S3_ENDPOINT`` points s3a:// lakehouse paths at object storage
 (credentials from the AWS_* environment of the driver and the workers).
 """
 
@@ -33,11 +34,31 @@ from spark_jobs.jvm_archive import driver_java_options
 
 DEFAULT_MASTER = "local[*]"
 LOG4J = Path(__file__).with_name("log4j2.properties")
+JVM_PROFILE_VARIABLE = "TIDEMARK_JVM_PROFILE"
+# How the JVMs trade start-up CPU for speed on large batches (measured on 2 cores):
+# - throughput: the JDK's defaults (C1 then C2, G1). The C2 compiler threads and
+#   G1's concurrent threads burn as much CPU as the job itself in the first minute:
+#   a 24-record replay takes 97 CPU-seconds in 52 s.
+# - short-jobs: C1 only, one compiler thread, the serial collector. The same replay
+#   takes 55 CPU-seconds in 42 s; but 300 k events through silver take 19 s, not 12.
+#   For jobs of seconds and tiny batches on a small machine (the test suite).
+JVM_PROFILES = {
+    "throughput": "",
+    "short-jobs": "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC",
+}
 
 
 def is_local_master(master: str) -> bool:
     """``local``, ``local[N]``, ``local[*]``, ``local-cluster[...]``: one machine, one disk."""
     return master.startswith("local")
+
+
+def jvm_profile_options() -> str:
+    """The JVM options of ``$TIDEMARK_JVM_PROFILE`` (default ``throughput``)."""
+    profile = os.environ.get(JVM_PROFILE_VARIABLE) or "throughput"
+    if profile not in JVM_PROFILES:
+        raise ValueError(f"{JVM_PROFILE_VARIABLE}={profile!r}: expected one of {', '.join(JVM_PROFILES)}")
+    return JVM_PROFILES[profile]
 
 
 def base_conf() -> dict[str, str]:
@@ -62,7 +83,8 @@ def base_conf() -> dict[str, str]:
     # Imported from a zip shipped with --py-files (a driver on a cluster), the package
     # has no log4j file on disk: then spark-submit's own Java options stand.
     if LOG4J.is_file():
-        java_options = f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J}"
+        logging = f"-Dlog4j2.configurationFile={LOG4J}"
+        java_options = " ".join(filter(None, ["-Duser.timezone=UTC", logging, jvm_profile_options()]))
         conf["spark.driver.extraJavaOptions"] = f"{java_options} {driver_java_options()}".rstrip()
         conf["spark.executor.extraJavaOptions"] = java_options
     return conf

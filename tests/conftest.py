@@ -18,6 +18,11 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ.setdefault("AIRFLOW_CONN_TIDEMARK_SPARK", '{"conn_type": "spark", "host": "local[2]"}')
+# The suite's jobs last seconds over a few records, on CI's two cores: the JIT
+# compiler and collector threads of the default profile cost more CPU than the jobs.
+# Every JVM the suite starts (this session, spark-submits, Airflow's tasks)
+# inherits it; `make bench` measures the default profile.
+os.environ.setdefault("TIDEMARK_JVM_PROFILE", "short-jobs")
 
 
 # The files that take longest, longest first (from `--durations`): `make test` runs two

@@ -7,19 +7,26 @@ import subprocess
 import pytest
 
 from spark_jobs.jvm_archive import archive_path
-from spark_jobs.session import spark_conf
+from spark_jobs.session import JVM_PROFILE_VARIABLE, JVM_PROFILES, spark_conf
 from spark_jobs.submit import spark_submit_binary, submit_env
 
 pytestmark = [pytest.mark.spark]
 
 PROBE = """
 from spark_jobs.session import build_session
-build_session("tidemark-archive-probe").range(3).count()
+spark = build_session("tidemark-archive-probe")
+spark.range(3).count()
+runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+print("JVM:", " ".join(runtime.getInputArguments()))
 """
 
 
-def test_a_spark_submitted_driver_maps_sparks_classes_from_the_setup_archive(tmp_path):
+@pytest.mark.parametrize("profile", sorted(JVM_PROFILES))
+def test_a_spark_submitted_driver_maps_sparks_classes_from_the_setup_archive_under_each_jvm_profile(
+    profile, tmp_path, monkeypatch
+):
     assert archive_path().is_file(), "make setup builds the archive"
+    monkeypatch.setenv(JVM_PROFILE_VARIABLE, profile)
     conf = spark_conf(local=True)
     # -Xshare:on turns an archive the JVM cannot use (another class path, another
     # Java) from a silent fallback into a failed start.
@@ -34,6 +41,8 @@ def test_a_spark_submitted_driver_maps_sparks_classes_from_the_setup_archive(tmp
         [*command, str(probe)], env=submit_env(), capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    arguments = next(line for line in done.stdout.splitlines() if line.startswith("JVM:")).split()
+    assert ("-XX:TieredStopAtLevel=1" in arguments) == (profile == "short-jobs")
     loaded = classes.read_text()
     assert "org.apache.spark.SparkContext source: shared objects file (top)" in loaded
     assert "org.apache.spark.sql.SparkSession source: shared objects file (top)" in loaded

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from spark_jobs import jvm_archive
 from spark_jobs.jvm_archive import DUMP_VARIABLE
-from spark_jobs.session import spark_conf
+from spark_jobs.session import JVM_PROFILE_VARIABLE, spark_conf
 
 
 def test_jobs_start_without_the_spark_ui_unless_asked_for_it(monkeypatch):
@@ -30,3 +32,26 @@ def test_the_training_run_writes_the_archive_instead_of_mapping_it(monkeypatch, 
     options = spark_conf()["spark.driver.extraJavaOptions"]
     assert f"-XX:ArchiveClassesAtExit={tmp_path / 'new.jsa'}" in options
     assert "SharedArchiveFile" not in options
+
+
+def test_the_default_jvm_profile_leaves_the_jdks_compiler_and_collector(monkeypatch):
+    monkeypatch.delenv(JVM_PROFILE_VARIABLE, raising=False)
+    conf = spark_conf()
+    for side in ("driver", "executor"):
+        assert "TieredStopAtLevel" not in conf[f"spark.{side}.extraJavaOptions"]
+        assert "UseSerialGC" not in conf[f"spark.{side}.extraJavaOptions"]
+
+
+def test_the_short_jobs_profile_gives_driver_and_executors_c1_and_the_serial_collector(monkeypatch):
+    monkeypatch.setenv(JVM_PROFILE_VARIABLE, "short-jobs")
+    conf = spark_conf()
+    for side in ("driver", "executor"):
+        options = conf[f"spark.{side}.extraJavaOptions"].split()
+        assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= set(options)
+        assert "-Duser.timezone=UTC" in options
+
+
+def test_an_unknown_jvm_profile_is_an_error_naming_the_variable_and_the_choices(monkeypatch):
+    monkeypatch.setenv(JVM_PROFILE_VARIABLE, "fast")
+    with pytest.raises(ValueError, match=r"TIDEMARK_JVM_PROFILE='fast'.*throughput, short-jobs"):
+        spark_conf()
