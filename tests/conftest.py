@@ -18,10 +18,11 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
 os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(REPO / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ.setdefault("AIRFLOW_CONN_TIDEMARK_SPARK", '{"conn_type": "spark", "host": "local[2]"}')
-# The suite's jobs last seconds over a few records, on CI's two cores: the JIT
-# compiler and collector threads of the default profile cost more CPU than the jobs.
-# Every JVM the suite starts (this session, spark-submits, Airflow's tasks)
-# inherits it; `make bench` measures the default profile.
+# The suite's spark-submitted jobs last seconds over a few records, on CI's two
+# cores: the JIT compiler and collector threads of the default profile cost more CPU
+# than the jobs. Every JVM the suite starts inherits the short-jobs profile (its
+# spark-submits, Airflow's tasks), except the session below; `make bench` measures
+# the default profile.
 os.environ.setdefault("TIDEMARK_JVM_PROFILE", "short-jobs")
 
 
@@ -50,13 +51,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spark():
-    from spark_jobs.session import build_session
+    from spark_jobs.session import JVM_PROFILE_VARIABLE, build_session
 
-    session = build_session(
-        "tidemark-tests",
-        master="local[2]",
-        overrides={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
-    )
+    with pytest.MonkeyPatch.context() as environment:
+        # This JVM lives the whole run and runs most tests' queries (jobs run in-process):
+        # under C1 alone the in-process tests took up to twice as long.
+        environment.setenv(JVM_PROFILE_VARIABLE, "throughput")
+        session = build_session(
+            "tidemark-tests",
+            master="local[2]",
+            overrides={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+        )
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
