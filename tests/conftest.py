@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.session import JVM_PROFILE_VARIABLE
+
 REPO = Path(__file__).resolve().parents[1]
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="tidemark-airflow-home-")
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
@@ -23,7 +25,7 @@ os.environ.setdefault("AIRFLOW_CONN_TIDEMARK_SPARK", '{"conn_type": "spark", "ho
 # than the jobs. Every JVM the suite starts inherits the short-jobs profile (its
 # spark-submits, Airflow's tasks), except the session below; `make bench` measures
 # the default profile.
-os.environ.setdefault("TIDEMARK_JVM_PROFILE", "short-jobs")
+os.environ.setdefault(JVM_PROFILE_VARIABLE, "short-jobs")
 
 
 # The files that take longest, longest first (from `--durations`): `make test` runs two
@@ -51,7 +53,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spark():
-    from spark_jobs.session import JVM_PROFILE_VARIABLE, build_session
+    from spark_jobs.session import build_session
 
     with pytest.MonkeyPatch.context() as environment:
         # This JVM lives the whole run and runs most tests' queries (jobs run in-process):

@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from tidemark_airflow.standalone import processes_of, wait
 
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds
+from spark_jobs.session import JVM_PROFILE_VARIABLE
 from tests.integration.airflow_standalone import (
     airflow_standalone,
     command_line,
@@ -148,7 +149,7 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
         "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "20",
         # The pipeline's application streams for ten minutes: C2 pays off (under the
         # suite's short-jobs profile the soak took 14 % longer).
-        "TIDEMARK_JVM_PROFILE": "throughput",
+        JVM_PROFILE_VARIABLE: "throughput",
     }
     with airflow_standalone(tmp_path / "airflow", lakehouse, settings) as standalone:
         airflow = standalone.client
