@@ -15,7 +15,8 @@ costs more than the work. Size shuffles to the cores an application gets (about
 twice as many) with ``$TIDEMARK_SHUFFLE_PARTITIONS``; ``$TIDEMARK_DRIVER_MEMORY``
 sizes the driver; ``TIDEMARK_SPARK_UI=true`` turns the Spark UI on (off by
 default: its web server costs every start-up). ``$TIDEMARK_JVM_PROFILE`` picks the
-JVMs' compiler and collector (:data:`JVM_PROFILES`). Nothing here assumes the
+JVMs' compilers and collector and whether Spark compiles expressions (:data:`JVM_PROFILES`).
+Nothing here assumes the
 driver's disk is the executors': the jars in ``spark.jars`` are served to
 executors by the driver, and ``$TIDEMARK_S3_ENDPOINT`` points s3a:// lakehouse paths at object storage
 (credentials from the AWS_* environment of the driver and the workers).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -35,16 +37,36 @@ from spark_jobs.jvm_archive import driver_java_options
 DEFAULT_MASTER = "local[*]"
 LOG4J = Path(__file__).with_name("log4j2.properties")
 JVM_PROFILE_VARIABLE = "TIDEMARK_JVM_PROFILE"
-# How the JVMs trade start-up CPU for speed on large batches (measured on 2 cores):
-# - throughput: the JDK's defaults (C1 then C2, G1). The C2 compiler threads and
-#   G1's concurrent threads burn as much CPU as the job itself in the first minute:
-#   a 24-record replay takes 97 CPU-seconds in 52 s.
-# - short-jobs: C1 only, one compiler thread, the serial collector. The same replay
-#   takes 55 CPU-seconds in 42 s; but 300 k events through silver take 19 s, not 12.
-#   For jobs of seconds and tiny batches on a small machine (the test suite).
+# Spark generates the Java source of every task's projections, and compiles it for
+# every distinct plan. On micro-batches of a few records, and on the Delta log reads
+# behind every idempotent write, that is a third of the JVM's samples. Interpreted,
+# the 24-record replay below takes 60 CPU-seconds in 45 s instead of 77 in 57 (under
+# short-jobs). Per row they cost more: 300 k events through bronze take 11.2 s
+# instead of 7.7. Whole-stage code generation is not affected.
+INTERPRETED_EXPRESSIONS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+@dataclass(frozen=True)
+class JvmProfile:
+    """How a job's JVMs trade start-up CPU for speed on large batches."""
+
+    java_options: str = ""
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+
+
+# Measured on 2 cores:
+# - throughput: the JDK's defaults (C1 then C2, G1) and Spark's expression code
+#   generation. The C2 compiler threads and G1's concurrent threads burn as much CPU
+#   as the job itself in the first minute: a 24-record replay takes 97 CPU-seconds in 52 s.
+# - short-jobs: C1 only, one compiler thread, the serial collector, interpreted
+#   expressions. The same replay takes 60 CPU-seconds in 45 s; but 300 k events
+#   through silver take 19 s, not 12. For jobs of seconds and tiny batches on a small
+#   machine (the test suite).
 JVM_PROFILES = {
-    "throughput": "",
-    "short-jobs": "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC",
+    "throughput": JvmProfile(),
+    "short-jobs": JvmProfile(
+        "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC", INTERPRETED_EXPRESSIONS
+    ),
 }
 
 
@@ -53,8 +75,8 @@ def is_local_master(master: str) -> bool:
     return master.startswith("local")
 
 
-def jvm_profile_options() -> str:
-    """The JVM options of ``$TIDEMARK_JVM_PROFILE`` (default ``throughput``)."""
+def jvm_profile() -> JvmProfile:
+    """The profile ``$TIDEMARK_JVM_PROFILE`` names (default ``throughput``)."""
     profile = os.environ.get(JVM_PROFILE_VARIABLE) or "throughput"
     if profile not in JVM_PROFILES:
         raise ValueError(f"{JVM_PROFILE_VARIABLE}={profile!r}: expected one of {', '.join(JVM_PROFILES)}")
@@ -63,7 +85,9 @@ def jvm_profile_options() -> str:
 
 def base_conf() -> dict[str, str]:
     """What every session needs wherever it runs: Delta, the jars, UTC everywhere."""
+    profile = jvm_profile()
     conf = {
+        **profile.spark_conf,
         "spark.jars": ",".join(local_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -84,7 +108,7 @@ def base_conf() -> dict[str, str]:
     # has no log4j file on disk: then spark-submit's own Java options stand.
     if LOG4J.is_file():
         logging = f"-Dlog4j2.configurationFile={LOG4J}"
-        java_options = " ".join(filter(None, ["-Duser.timezone=UTC", logging, jvm_profile_options()]))
+        java_options = " ".join(filter(None, ["-Duser.timezone=UTC", logging, profile.java_options]))
         conf["spark.driver.extraJavaOptions"] = f"{java_options} {driver_java_options()}".rstrip()
         conf["spark.executor.extraJavaOptions"] = java_options
     return conf

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.session import JVM_PROFILE_VARIABLE
+from spark_jobs.session import INTERPRETED_EXPRESSIONS, JVM_PROFILE_VARIABLE
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="tidemark-airflow-home-")
@@ -57,12 +57,17 @@ def spark():
 
     with pytest.MonkeyPatch.context() as environment:
         # This JVM lives the whole run and runs most tests' queries (jobs run in-process):
-        # under C1 alone the in-process tests took up to twice as long.
+        # under C1 alone the in-process tests took up to twice as long. Their batches are
+        # a few records each, so expressions are interpreted as under short-jobs.
         environment.setenv(JVM_PROFILE_VARIABLE, "throughput")
         session = build_session(
             "tidemark-tests",
             master="local[2]",
-            overrides={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"},
+            overrides={
+                "spark.ui.enabled": "false",
+                "spark.sql.shuffle.partitions": "2",
+                **INTERPRETED_EXPRESSIONS,
+            },
         )
     session.sparkContext.setLogLevel("ERROR")
     yield session

@@ -18,6 +18,7 @@ spark = build_session("tidemark-archive-probe")
 spark.range(3).count()
 runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
 print("JVM:", " ".join(runtime.getInputArguments()))
+print("expressions:", spark.conf.get("spark.sql.codegen.factoryMode"))
 """
 
 
@@ -43,6 +44,8 @@ def test_a_spark_submitted_driver_maps_sparks_classes_from_the_setup_archive_und
     assert done.returncode == 0, done.stderr[-3000:]
     arguments = next(line for line in done.stdout.splitlines() if line.startswith("JVM:")).split()
     assert ("-XX:TieredStopAtLevel=1" in arguments) == (profile == "short-jobs")
+    expressions = next(line for line in done.stdout.splitlines() if line.startswith("expressions:"))
+    assert expressions.split()[1] == ("NO_CODEGEN" if profile == "short-jobs" else "FALLBACK")
     loaded = classes.read_text()
     assert "org.apache.spark.SparkContext source: shared objects file (top)" in loaded
     assert "org.apache.spark.sql.SparkSession source: shared objects file (top)" in loaded

@@ -40,6 +40,7 @@ def test_the_default_jvm_profile_leaves_the_jdks_compiler_and_collector(monkeypa
     for side in ("driver", "executor"):
         assert "TieredStopAtLevel" not in conf[f"spark.{side}.extraJavaOptions"]
         assert "UseSerialGC" not in conf[f"spark.{side}.extraJavaOptions"]
+    assert "spark.sql.codegen.factoryMode" not in conf
 
 
 def test_the_short_jobs_profile_gives_driver_and_executors_c1_and_the_serial_collector(monkeypatch):
@@ -49,6 +50,11 @@ def test_the_short_jobs_profile_gives_driver_and_executors_c1_and_the_serial_col
         options = conf[f"spark.{side}.extraJavaOptions"].split()
         assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= set(options)
         assert "-Duser.timezone=UTC" in options
+
+
+def test_the_short_jobs_profile_interprets_expressions_instead_of_compiling_them(monkeypatch):
+    monkeypatch.setenv(JVM_PROFILE_VARIABLE, "short-jobs")
+    assert spark_conf()["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
 
 
 def test_an_unknown_jvm_profile_is_an_error_naming_the_variable_and_the_choices(monkeypatch):
