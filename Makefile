@@ -52,7 +52,8 @@ compose:
 
 # Two workers, a test file each at a time (its module fixtures start once); files go
 # out in collection order (tests/conftest.py puts the longest first), not by test count.
-# Measured 39 min (44-47 before the short-jobs JVM profile) against about 55 serial:
+# Measured 37.5 min (39 before expressions were interpreted in tests, 44-47 before the
+# short-jobs JVM profile) against about 55 serial:
 # most of the suite is CPU-bound Spark.
 test: setup browser compose lint
 	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
