@@ -469,6 +469,12 @@ def table_version(spark: SparkSession, path: str) -> int:
     return _delta_log(spark, path).update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).version()
 
 
+def never_written(spark: SparkSession, path: str) -> bool:
+    """Whether the table holds nothing but its creation (Tidemark creates its tables
+    empty, as version 0), told from the log without a Spark job."""
+    return table_version(spark, path) == 0
+
+
 @dataclass(frozen=True)
 class Commit:
     version: int

@@ -51,7 +51,7 @@ from spark_jobs.session import build_session
 from spark_jobs.sources import source_reports
 from spark_jobs.sources.progress import SourceProgress, known_partitions, lagging_partitions, partition_order
 from spark_jobs.sql import column_of, local_rows, null_safe_match
-from spark_jobs.tables import TableRegistry, changed_by_others, table_version
+from spark_jobs.tables import TableRegistry, changed_by_others, never_written, table_version
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
 from spark_jobs.transforms.windows import (
     assign_windows,
@@ -143,6 +143,10 @@ def committed_steps(judged_version: int | None) -> F.Column:
 def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
     """The pipeline clock as the last committed silver batch (or watermark step) left it."""
     pipeline = registry.config.name
+    clock_tables = (registry.ops["watermarks"].path, registry.ops["watermark_history"].path)
+    if all(never_written(spark, path) for path in clock_tables):
+        # A new lakehouse: reading two empty tables would cost 2 s warm, 7 s in a new process.
+        return SavedClock(WatermarkTracker(registry.config.watermark, MIN_WATERMARK), None)
     clocks = spark.read.format("delta").load(registry.ops["watermarks"].path)
     saved = clocks.where(F.col("pipeline") == pipeline).select(
         "source_partition",

@@ -10,8 +10,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
+from spark_jobs.jobs.silver import flush, load_clock
 from spark_jobs.sql import local_rows
 from spark_jobs.tables import changed_by_others, table_version
+from tests.integration.conftest import registry_for, write_pipeline
 
 pytestmark = pytest.mark.spark
 
@@ -142,3 +145,26 @@ def test_a_table_younger_than_the_memory_invalidates_it(spark, tmp_path):
     assert changed_by_others(
         spark, path, table_version(spark, path) + 3, table_version(spark, path), PIPELINE, OWN
     )
+
+
+def test_a_new_lakehouses_clock_is_known_from_the_log_without_a_spark_job(spark, tmp_path):
+    registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
+    registry.create_missing(spark)
+    context = spark.sparkContext
+    context.setJobGroup("new-clock", "the clock of a new lakehouse")
+    try:
+        saved = load_clock(spark, registry)
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    assert list(context.statusTracker().getJobIdsForGroup("new-clock")) == []
+    assert saved.tracker.watermark == MIN_WATERMARK
+    assert list(saved.tracker.snapshots()) == []
+    assert saved.judged_version is None
+
+
+def test_a_clock_whose_only_step_is_the_end_of_input_is_read_from_the_history(spark, tmp_path):
+    registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
+    registry.create_missing(spark)
+    assert flush(spark, registry)
+    # The history holds the step; the partition clocks table was never written.
+    assert load_clock(spark, registry).tracker.watermark == MAX_WATERMARK
