@@ -15,9 +15,9 @@ costs more than the work. Size shuffles to the cores an application gets (about
 twice as many) with ``$TIDEMARK_SHUFFLE_PARTITIONS``; ``$TIDEMARK_DRIVER_MEMORY``
 sizes the driver; ``TIDEMARK_SPARK_UI=true`` turns the Spark UI on (off by
 default: its web server costs every start-up). ``$TIDEMARK_JVM_PROFILE`` picks the
-JVMs' compilers and collector and whether Spark compiles expressions (:data:`JVM_PROFILES`).
-Nothing here assumes the
-driver's disk is the executors': the jars in ``spark.jars`` are served to
+JVMs' compilers and collector and whether Spark compiles expressions
+(:data:`JVM_PROFILES`). Nothing here assumes the driver's disk is the
+executors': the jars in ``spark.jars`` are served to
 executors by the driver, and ``$TIDEMARK_S3_ENDPOINT`` points s3a:// lakehouse paths at object storage
 (credentials from the AWS_* environment of the driver and the workers).
 """

@@ -143,11 +143,11 @@ def committed_steps(judged_version: int | None) -> F.Column:
 def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
     """The pipeline clock as the last committed silver batch (or watermark step) left it."""
     pipeline = registry.config.name
-    clock_tables = (registry.ops["watermarks"].path, registry.ops["watermark_history"].path)
-    if all(never_written(spark, path) for path in clock_tables):
+    watermarks, watermark_history = registry.ops["watermarks"].path, registry.ops["watermark_history"].path
+    if never_written(spark, watermarks) and never_written(spark, watermark_history):
         # A new lakehouse: reading two empty tables would cost 2 s warm, 7 s in a new process.
         return SavedClock(WatermarkTracker(registry.config.watermark, MIN_WATERMARK), None)
-    clocks = spark.read.format("delta").load(registry.ops["watermarks"].path)
+    clocks = spark.read.format("delta").load(watermarks)
     saved = clocks.where(F.col("pipeline") == pipeline).select(
         "source_partition",
         F.unix_millis("max_event_time").alias("max_timestamp"),
@@ -161,7 +161,7 @@ def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
     rows = saved.collect()
     judged = max((row.batch_id for row in rows), default=None)
     clocks_written = max((row.updated_ms for row in rows), default=None)
-    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
+    history = spark.read.format("delta").load(watermark_history)
     steps = history.where((F.col("pipeline") == pipeline) & committed_steps(judged))
     step_ms = F.unix_millis("processing_time")
     # An idleness step judges no records, and is not the end of input.
