@@ -266,7 +266,15 @@ class TableRegistry:
             )
         )
         # Gold reads silver's change feed: the windows that fired, closed or got a revision.
-        return self._ref("silver", f"{self.config.name}_windows", fields, properties=(CHANGE_FEED,))
+        # Partitioned by status: a micro-batch reads and rewrites the open and fired
+        # windows only, never the closed history (transforms.windows.in_play).
+        return self._ref(
+            "silver",
+            f"{self.config.name}_windows",
+            fields,
+            partition_by=("status",),
+            properties=(CHANGE_FEED,),
+        )
 
     @property
     def quarantine(self) -> TableRef:

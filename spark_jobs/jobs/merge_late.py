@@ -52,6 +52,7 @@ from spark_jobs.session import build_session
 from spark_jobs.sql import column_of, null_safe_match
 from spark_jobs.tables import TableRegistry, join
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures, partial_aggregates
+from spark_jobs.transforms.windows import CLOSED
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -188,7 +189,7 @@ def merge_silver(
                     **finished_measures(config),
                     # A window only late records fell in: past its cleanup, so closed.
                     "revision": F.lit(1),
-                    "status": F.lit("closed"),
+                    "status": F.lit(CLOSED),
                     "late_merged_count": F.col("s.record_count"),
                     "updated_at": moment,
                 }

@@ -55,11 +55,15 @@ from spark_jobs.tables import TableRegistry, changed_by_others, never_written, t
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
 from spark_jobs.transforms.windows import (
     assign_windows,
+    in_play,
+    is_cleaned,
+    is_fired,
     is_marker,
     judge_pairs,
     record_millis,
     revision_columns,
     window_partials,
+    window_status,
 )
 
 LATE_REASON = "window_cleaned"
@@ -163,6 +167,10 @@ def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
     clocks_written = max((row.updated_ms for row in rows), default=None)
     history = spark.read.format("delta").load(watermark_history)
     steps = history.where((F.col("pipeline") == pipeline) & committed_steps(judged))
+    if judged is not None:
+        # Watermarks never go back, and the judged version's own step is committed:
+        # the steps before it cannot hold the latest, and Delta skips their files.
+        steps = steps.where(F.col("batch_id") >= F.lit(judged))
     step_ms = F.unix_millis("processing_time")
     # An idleness step judges no records, and is not the end of input.
     unfinished = (
@@ -217,6 +225,11 @@ class ClockMemory:
 _CLOCK_MEMORIES: dict[tuple[str, str, str], ClockMemory] = {}
 
 
+def forget_clocks() -> None:
+    """Forget every stream's clocks kept in this process, as a new process starts."""
+    _CLOCK_MEMORIES.clear()
+
+
 def _moment(millis: int | None) -> datetime | None:
     return None if millis is None else datetime.fromtimestamp(millis / 1000, UTC)
 
@@ -265,19 +278,32 @@ def plan_clocks(
     return plan
 
 
-def firing_update(final_watermark: int, lateness_ms: int) -> tuple[F.Column, dict[str, F.Column]]:
+def firing_update(
+    watermark: int, lateness_ms: int, target: str | None = None
+) -> tuple[F.Column, dict[str, F.Column]]:
     """For silver rows that received nothing: (condition, assignments) that fire the
-    windows the watermark has passed (revision 0 -> 1) and close the ones past their
-    allowed lateness. Rows already fired and not yet due to close are left alone."""
-    end_ms = F.unix_millis(F.col("window_end"))
-    fires = end_ms - F.lit(1) <= F.lit(final_watermark)
-    closes = end_ms - F.lit(1) + F.lit(lateness_ms) <= F.lit(final_watermark)
-    condition = (F.col("status") != "closed") & ((fires & (F.col("revision") == 0)) | closes)
-    assignments = {
-        "revision": F.greatest(F.col("revision"), F.lit(1)),
-        "status": F.when(closes, F.lit("closed")).otherwise(F.lit("fired")),
+    windows ``watermark`` has passed (revision 0 -> 1) and close the ones past their
+    allowed lateness. Rows already fired and not yet due to close are left alone.
+    ``target`` qualifies the columns (a MERGE's target alias)."""
+
+    def column(name: str) -> F.Column:
+        return F.col(name) if target is None else column_of(target, name)
+
+    end_ms = F.unix_millis(column("window_end"))
+    fires = is_fired(end_ms, watermark) & (column("revision") == 0)
+    condition = in_play(column("status")) & (fires | is_cleaned(end_ms, watermark, lateness_ms))
+    revision = F.greatest(column("revision"), F.lit(1))
+    return condition, {
+        "revision": revision,
+        "status": window_status(revision, end_ms, watermark, lateness_ms),
     }
-    return condition, assignments
+
+
+def due_windows(spark: SparkSession, registry: TableRegistry, watermark: int) -> DataFrame:
+    """The keys of the silver windows ``watermark`` fires or closes."""
+    due, _ = firing_update(watermark, registry.config.allowed_lateness_ms)
+    windows = spark.read.format("delta").load(registry.silver.path)
+    return windows.where(due).select("window_start", "window_end", *registry.config.key)
 
 
 def merge_windows(
@@ -290,59 +316,68 @@ def merge_windows(
     now: datetime,
 ) -> None:
     """One MERGE: add partials (insert or merge), move revisions, fire windows the
-    watermark has passed and close the ones past their allowed lateness."""
+    watermark has passed and close the ones past their allowed lateness.
+
+    The windows that fire or close without receiving records join the MERGE's
+    source, flagged ``fires_only``, rather than being found by a ``WHEN NOT MATCHED
+    BY SOURCE`` clause, which would make Delta read the whole table on every batch.
+    The target side is limited to the windows in play, whose partitions are all
+    Delta reads (DESIGN §4b)."""
     config = registry.config
     lateness = config.allowed_lateness_ms
-    silver = registry.silver
     key = config.key
+    window_key = ("window_start", "window_end", *key)
     final_watermark = plan[-1].watermark_after
     moment = F.lit(now).cast("timestamp")
-
-    def status(revision: F.Column, window_end_ms: F.Column) -> F.Column:
-        closed = window_end_ms - F.lit(1) + F.lit(lateness) <= F.lit(final_watermark)
-        return F.when(closed, F.lit("closed")).when(revision >= 1, F.lit("fired")).otherwise(F.lit("open"))
-
-    source = partials.select(
+    partials = partials.select(
         "*",
         F.timestamp_millis("window_start_ms").alias("window_start"),
         F.timestamp_millis("window_end_ms").alias("window_end"),
         *revision_columns([clock.version for clock in plan], [clock.watermark_after for clock in plan]),
+        F.lit(False).alias("fires_only"),
     )
-    due, fired = firing_update(final_watermark, lateness)
     source_end = F.unix_millis(F.col("s.window_end"))
     matched_revision = F.when(F.col("t.revision") >= 1, F.col("t.revision") + F.col("s.refires")).otherwise(
         F.col("s.revision_if_open")
     )
-    condition = null_safe_match(("window_start", "window_end", *key))
+    _, fired = firing_update(final_watermark, lateness, target="t")
+    # A partial never matches a closed window: its records would have been late.
+    condition = null_safe_match(window_key) & in_play(F.col("t.status"))
     merged = merged_measures(config)
     finished = finished_measures(config)
 
     def merge() -> None:
-        target = DeltaTable.forPath(spark, silver.path).alias("t")
+        quiet = due_windows(spark, registry, final_watermark).alias("d")
+        quiet = quiet.join(partials.alias("p"), null_safe_match(window_key, "d", "p"), "left_anti")
+        source = partials.unionByName(quiet.withColumn("fires_only", F.lit(True)), allowMissingColumns=True)
+        target = DeltaTable.forPath(spark, registry.silver.path).alias("t")
         with delta_txn(spark, f"{app_id}:silver", batch_id):
             (
                 target.merge(source.alias("s"), condition)
+                .whenMatchedUpdate(condition=F.col("s.fires_only"), set={**fired, "updated_at": moment})
                 .whenMatchedUpdate(
                     set={
                         **merged,
                         "revision": matched_revision,
-                        "status": status(matched_revision, source_end),
+                        "status": window_status(matched_revision, source_end, final_watermark, lateness),
                         "updated_at": moment,
                     }
                 )
                 .whenNotMatchedInsert(
+                    condition=~F.col("s.fires_only"),
                     values={
                         "window_start": F.col("s.window_start"),
                         "window_end": F.col("s.window_end"),
                         **{column: column_of("s", column) for column in key},
                         **finished,
                         "revision": F.col("s.revision_if_new"),
-                        "status": status(F.col("s.revision_if_new"), source_end),
+                        "status": window_status(
+                            F.col("s.revision_if_new"), source_end, final_watermark, lateness
+                        ),
                         "late_merged_count": F.lit(0).cast("long"),
                         "updated_at": moment,
-                    }
+                    },
                 )
-                .whenNotMatchedBySourceUpdate(condition=due, set={**fired, "updated_at": moment})
                 .execute()
             )
 

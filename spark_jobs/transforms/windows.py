@@ -19,6 +19,39 @@ from spark_jobs.eventtime.windows import WindowSpec
 from spark_jobs.transforms.aggregates import partial_aggregates
 
 TIME_COLUMNS = {"event": "event_time", "ingestion": "ingest_time", "processing": "processing_time"}
+# A silver window's status: it has not fired, it fired (and may still re-fire with
+# records within its allowed lateness), or it is cleaned up (later records are late).
+OPEN, FIRED, CLOSED = "open", "fired", "closed"
+
+
+def is_fired(window_end_ms: Column, watermark: Column | int) -> Column:
+    """Flink's firing rule (``eventtime.windows.is_fired``): the watermark reached
+    the window's last millisecond, ``watermark >= end - 1``."""
+    return window_end_ms - F.lit(1) <= watermark
+
+
+def is_cleaned(window_end_ms: Column, watermark: Column | int, allowed_lateness_ms: int) -> Column:
+    """Flink's cleanup rule (``eventtime.windows.is_cleaned``): the watermark passed
+    the window's allowed lateness, ``watermark >= end - 1 + L``; a record for it is late."""
+    return window_end_ms - F.lit(1) + F.lit(allowed_lateness_ms) <= watermark
+
+
+def window_status(
+    revision: Column, window_end_ms: Column, watermark: int, allowed_lateness_ms: int
+) -> Column:
+    """The status a window with ``revision`` has at ``watermark``."""
+    return (
+        F.when(is_cleaned(window_end_ms, watermark, allowed_lateness_ms), F.lit(CLOSED))
+        .when(revision >= 1, F.lit(FIRED))
+        .otherwise(F.lit(OPEN))
+    )
+
+
+def in_play(status: Column) -> Column:
+    """A window a micro-batch may still change: not closed. Silver is partitioned
+    by status, so Delta reads and rewrites only the open and fired windows (DESIGN
+    §4b); closed ones change only in the late merge."""
+    return status != F.lit(CLOSED)
 
 
 def record_millis(config: PipelineConfig) -> Column:
@@ -53,9 +86,8 @@ def judge_pairs(pairs: DataFrame, clocks: DataFrame, allowed_lateness_ms: int) -
     and ``is_late``: the window was already cleaned (watermark >= end - 1 + L).
     ``clocks`` has one row per ``version`` with its ``watermark_before``."""
     judged = pairs.join(F.broadcast(clocks.select("version", "watermark_before")), "version")
-    cleanup = F.col("window_end_ms") - F.lit(1) + F.lit(allowed_lateness_ms)
     return judged.withColumnRenamed("watermark_before", "watermark").withColumn(
-        "is_late", F.col("watermark") >= cleanup
+        "is_late", is_cleaned(F.col("window_end_ms"), F.col("watermark"), allowed_lateness_ms)
     )
 
 
@@ -75,7 +107,7 @@ def first_firing_version(versions: Sequence[int], watermarks_after: Sequence[int
         return F.lit(None).cast("long")
     marks = F.array(*[F.lit(w).cast("long") for w in watermarks_after])
     position = F.array_position(
-        F.transform(marks, lambda w: w >= F.col("window_end_ms") - F.lit(1)), F.lit(True)
+        F.transform(marks, lambda w: is_fired(F.col("window_end_ms"), w)), F.lit(True)
     )
     listed = F.array(*[F.lit(v).cast("long") for v in versions])
     return F.when(position > 0, F.element_at(listed, position.cast("int")))

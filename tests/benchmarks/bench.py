@@ -4,7 +4,7 @@ continuous mode, what a tiny replay costs against a bare job, and the rate a
 continuous pipeline application keeps up with, in one run.
 
 Not a test: it prints a table and writes every figure to bench-results.json at
-the repository root (one key per figure). ``--only`` runs one of the three.
+the repository root (one key per figure). ``--only`` runs one of them.
 
 Throughput: generated scooter events land as JSON-lines files; then
 
@@ -14,6 +14,15 @@ Throughput: generated scooter events land as JSON-lines files; then
   and ``_metadata`` columns, a Delta sink with availableNow);
 - silver (available-now) over that bronze table vs a native Structured Streaming
   ``withWatermark`` + ``window`` aggregation (available-now) over the same table.
+
+Silver's micro-batch cost: in one session, a telemetry lakehouse takes records a
+file at a time (bronze, then silver, available-now); each silver micro-batch's
+time is its query's trigger execution. ``silver_small_batch_s`` is the median over
+20 batches of 100 records; ``silver_history_growth`` compares batches of 600
+records after a history of 300 k events with the same after 4 k (DESIGN §4b: a
+batch costs what its records, the open windows and the partitions cost, never
+what the history costs), warm and as a new process's first batch (its clocks
+and the tables' Delta logs read anew).
 
 Late merge: 1,000 pending quarantined records, always in the same windows,
 merged into silver/gold histories of 1x and 10x size. The histories are written
@@ -173,20 +182,21 @@ def measure(
     }
 
 
+def fleet_records(events: int) -> list[Generated]:
+    """``events`` records of 1,000 devices in arrival order, every partition in order."""
+    devices = 1_000
+    spec = FleetSpec(
+        devices=devices, partitions=8, seed=7, duration_ms=events * 10_000 // devices, offline_ratio=0.0
+    )
+    return generate(spec)[:events]
+
+
 def throughput_benchmark(
     spark: SparkSession, config: PipelineConfig, events: int, records_per_file: int, repeats: int, work: Path
 ) -> dict[str, float]:
     """Bronze vs a plain copy and silver vs native Spark over ``events`` generated
     events, each the median of ``repeats`` runs in fresh lakehouses."""
-    devices = 1_000
-    spec = FleetSpec(
-        devices=devices,
-        partitions=8,
-        seed=7,
-        duration_ms=events * 10_000 // devices,
-        offline_ratio=0.0,
-    )
-    records = generate(spec)[:events]
+    records = fleet_records(events)
     events = len(records)
     measure(spark, config, records[:WARM_UP_EVENTS], work / "warm-up", records_per_file // 4)
     runs = [
@@ -592,17 +602,110 @@ def continuous_benchmark(
     }
 
 
+SMALL_BATCH_RECORDS = 100
+GROWTH_BATCH_RECORDS = 600
+GROWTH_HISTORIES = {"small": 4_000, "large": 300_000}
+
+
+class SilverLakehouse:
+    """A telemetry lakehouse in this session fed a generated fleet's records in
+    arrival order, a bronze run per landed file, and silver's micro-batches timed
+    from its own streaming query's progress (the trigger's whole execution)."""
+
+    def __init__(self, spark: SparkSession, config: PipelineConfig, root: Path, records: Sequence[Generated]):
+        self.spark = spark
+        self.registry = TableRegistry(config, str(root))
+        self.records = records
+        self.landed = 0
+        checkpoints = join(self.registry.root, "_checkpoints")
+        self.contexts = {
+            job: JobContext(job, config, self.registry, "available-now", 1_000, join(checkpoints, job))
+            for job in ("bronze", "silver")
+        }
+
+    def land(self, count: int, as_new_process: bool = False) -> list[float]:
+        """Land the next ``count`` records as one file, run bronze, then silver:
+        the seconds of each silver micro-batch that had input. ``as_new_process``:
+        silver first forgets what a process keeps between runs (its clocks, the
+        tables' Delta logs), as the first batch of a new spark-submit must."""
+        write_landing(self.records[self.landed : self.landed + count], self.registry.landing_path, count)
+        self.landed += count
+        bronze.run(self.spark, self.contexts["bronze"])
+        if as_new_process:
+            silver.forget_clocks()
+            self.spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+        query = silver.stream(self.spark, self.contexts["silver"]).start()
+        query.awaitTermination()
+        return [
+            progress["durationMs"]["triggerExecution"] / 1000
+            for progress in query.recentProgress
+            if progress["numInputRows"]
+        ]
+
+
+def silver_cost_benchmark(
+    spark: SparkSession, config: PipelineConfig, small_batches: int, growth_batches: int, work: Path
+) -> dict[str, float]:
+    """What one silver micro-batch costs: of SMALL_BATCH_RECORDS records, warm (the
+    median of ``small_batches``); and of GROWTH_BATCH_RECORDS records after a history
+    of 300 k events against after 4 k (medians of ``growth_batches`` each, the two
+    lakehouses alternated), which the cost rule wants equal."""
+    largest = max(GROWTH_HISTORIES.values())
+    records = fleet_records(largest + growth_batches * GROWTH_BATCH_RECORDS)
+    small = SilverLakehouse(spark, config, work / "silver-small-batches", records)
+    small.land(WARM_UP_EVENTS)
+    small_seconds = [seconds for _ in range(small_batches) for seconds in small.land(SMALL_BATCH_RECORDS)]
+    histories = {}
+    for label, events in GROWTH_HISTORIES.items():
+        lakehouse = SilverLakehouse(spark, config, work / f"silver-history-{label}", records)
+        lakehouse.land(events)
+        histories[label] = lakehouse
+    growth: dict[tuple[str, bool], list[float]] = {}
+    for _ in range(growth_batches):
+        for as_new_process in (False, True):
+            for label, lakehouse in histories.items():
+                seconds = lakehouse.land(GROWTH_BATCH_RECORDS, as_new_process)
+                growth.setdefault((label, as_new_process), []).extend(seconds)
+    small_s, large_s, small_new_s, large_new_s = (
+        statistics.median(growth[label, as_new_process])
+        for as_new_process in (False, True)
+        for label in GROWTH_HISTORIES
+    )
+    return {
+        "silver_small_batch_records": SMALL_BATCH_RECORDS,
+        "silver_small_batches": len(small_seconds),
+        "silver_small_batch_s": round(statistics.median(small_seconds), 2),
+        "silver_history_events_small": GROWTH_HISTORIES["small"],
+        "silver_history_events_large": GROWTH_HISTORIES["large"],
+        "silver_after_small_history_s": round(small_s, 2),
+        "silver_after_large_history_s": round(large_s, 2),
+        "silver_history_growth": round(large_s / small_s, 3),
+        "silver_new_process_after_small_history_s": round(small_new_s, 2),
+        "silver_new_process_after_large_history_s": round(large_new_s, 2),
+        "silver_new_process_history_growth": round(large_new_s / small_new_s, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--only",
-        choices=("throughput", "merge", "latency", "tiny", "continuous"),
+        choices=("throughput", "silver", "merge", "latency", "tiny", "continuous"),
         help="run one benchmark (default: all)",
     )
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--records-per-file", type=int, default=20_000)
     parser.add_argument(
         "--throughput-repeats", type=int, default=3, help="runs of each contender (median reported)"
+    )
+    parser.add_argument(
+        "--small-batches", type=int, default=20, help="silver micro-batches of 100 records (median reported)"
+    )
+    parser.add_argument(
+        "--growth-batches",
+        type=int,
+        default=5,
+        help="silver micro-batches after each history (median reported)",
     )
     parser.add_argument(
         "--merge-history-windows",
@@ -642,6 +745,8 @@ def main() -> None:
             results |= throughput_benchmark(
                 spark, config, args.events, args.records_per_file, args.throughput_repeats, work
             )
+        if args.only in (None, "silver"):
+            results |= silver_cost_benchmark(spark, config, args.small_batches, args.growth_batches, work)
         if args.only in (None, "merge"):
             results |= merge_benchmark(spark, config, args.merge_history_windows, args.merge_repeats, work)
         if args.only in (None, "latency"):

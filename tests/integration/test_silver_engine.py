@@ -213,3 +213,28 @@ def test_a_silver_stream_judges_its_next_batch_by_an_idleness_step_taken_between
     quarantined = spark.read.format("delta").load(registry.quarantine.path).collect()
     assert [(row.device_id, row.watermark) for row in quarantined] == [("a", BASE_MS + 5 * 60_000 - 1)]
     assert_reconciles(spark, registry, first + second)
+
+
+def silver_file_actions(registry: TableRegistry, operation: str) -> tuple[list[str], list[str]]:
+    """(added, removed) data file paths of silver's ``operation`` commits, from its log."""
+    added, removed = [], []
+    for commit in sorted(Path(registry.silver.path, "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in commit.read_text().splitlines()]
+        if any(action.get("commitInfo", {}).get("operation") == operation for action in actions):
+            added += [action["add"]["path"] for action in actions if "add" in action]
+            removed += [action["remove"]["path"] for action in actions if "remove" in action]
+    return added, removed
+
+
+def test_a_micro_batch_never_reads_or_rewrites_the_closed_windows(spark, root):
+    # A minute apart, in one partition: each batch closes the windows of the one before.
+    records = [payload(0, BASE_MS + minute * 60_000 + 10_000, "d1", 50.0, 1.0) for minute in range(5)]
+    config = engine_config(TUMBLING, {"strategy": "bounded", "max_out_of_orderness": "5s"}, "0s")
+    registry = replay_batches(spark, config, root, [[record] for record in records], silver_every_batch=True)
+    added, removed = silver_file_actions(registry, "MERGE")
+    closed = [path for path in added if path.startswith("status=closed/")]
+    assert len(closed) == 4  # the first four windows, closed one batch after another
+    assert not [path for path in removed if path.startswith("status=closed/")]
+    windows = engine_windows(spark, registry)
+    assert [status for *_, status in windows.values()].count("closed") == 4
+    assert_reconciles(spark, registry, records)
