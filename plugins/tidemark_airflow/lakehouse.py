@@ -99,10 +99,30 @@ def _of_pipeline(pipeline: str) -> str:
     return f"pipeline = {_sql_string(pipeline)}"
 
 
+def judged_version(root: str, pipeline: str) -> int | None:
+    """The last bronze version silver judged (``ops.watermarks``' batch id: one
+    row per source partition), or None before its first batch."""
+    clocks = _read(root, "ops", "watermarks", ["batch_id"], _of_pipeline(pipeline))
+    if clocks is None or clocks.num_rows == 0:
+        return None
+    return pc.max(clocks.column("batch_id")).as_py()
+
+
+def _steps(root: str, pipeline: str, columns: list[str], first_batch: int | None) -> pa.Table | None:
+    """The pipeline's ``ops.watermark_history`` steps from batch ``first_batch`` on
+    (all when None): delta-rs skips the files of older steps by their statistics,
+    so a page load or a sensor's poke does not read the whole history."""
+    where = _of_pipeline(pipeline)
+    if first_batch is not None:
+        where += f" AND batch_id >= {int(first_batch)}"
+    return _read(root, "ops", "watermark_history", columns, where)
+
+
 def pipeline_watermark(root: str, pipeline: str) -> int | None:
     """The pipeline's combined watermark: the highest ``ops.watermark_history``
-    step (watermarks never go backwards). None before its first batch."""
-    history = _read(root, "ops", "watermark_history", ["watermark"], _of_pipeline(pipeline))
+    step. Watermarks never go backwards, so it is at or after the last judged
+    version's step. None before its first batch."""
+    history = _steps(root, pipeline, ["watermark"], judged_version(root, pipeline))
     if history is None:
         return None
     return pc.max(history.column("watermark")).as_py()
@@ -190,9 +210,20 @@ def watermark_history(root: str, pipeline: str, limit: int = 500) -> list[dict[s
     ``ops.watermark_history``, oldest first (for a chart of the watermark
     against processing time): batch id, watermark, processing time, active and
     idle partitions, on-time and late counts."""
-    history = _read(root, "ops", "watermark_history", HISTORY_COLUMNS, _of_pipeline(pipeline))
-    if history is None or limit <= 0:
+    if limit <= 0:
         return []
+    latest = judged_version(root, pipeline)
+    # A judged version has one step or more (idleness steps reuse it), so the last
+    # ``limit`` versions usually hold enough; read further back only when not.
+    reach = limit
+    while True:
+        first = None if latest is None or latest - reach <= 0 else latest - reach
+        history = _steps(root, pipeline, HISTORY_COLUMNS, first)
+        if history is None:
+            return []
+        if first is None or history.num_rows >= limit:
+            break
+        reach *= 4
     # Batch ids are bronze versions; an idleness step reuses the last one, so
     # the step's moment orders first. Watermarks never go backwards: last tie-break.
     ordered = history.sort_by(

@@ -17,6 +17,7 @@ from spark_jobs.tables import TableRef, TableRegistry, create_if_missing
 PIPELINES = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines"
 MIN, MAX = lakehouse.MIN_WATERMARK, lakehouse.MAX_WATERMARK
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+LONG_JUDGED = 900
 DEFAULTS = {
     StringType(): "x",
     LongType(): 0,
@@ -92,6 +93,7 @@ def root(spark, tmp_path_factory) -> str:
         clock("telemetry", "2", 7_000, is_aligned=True),
         clock("telemetry", "10", 4_000, is_idle=True, is_aligned=False),
         clock("flushed", "0", 5_000, is_aligned=True),
+        clock("long", "0", 2_000, is_aligned=True, batch_id=LONG_JUDGED),
     )
     for watermark in (9_500, 10_000):  # rewrites the partition's file: remove + add actions
         spark.sql(
@@ -109,6 +111,12 @@ def root(spark, tmp_path_factory) -> str:
         step("telemetry", 2, 7_000, 30),  # an idleness step reuses the last batch id
         step("flushed", 0, 5_000, 10),
         step("flushed", 1, MAX, 20),  # --flush: end of input
+        # A long-running pipeline: an early step, then the two last judged versions.
+        # The early step's watermark is one no real history holds (above the
+        # latest), so a reader that looked at it would show it.
+        step("long", 5, 99_000, 5),
+        step("long", LONG_JUDGED - 1, 1_000, 900),
+        step("long", LONG_JUDGED, 2_000, 910),
     )
     append(
         spark,
@@ -135,6 +143,11 @@ def test_the_pipeline_watermark_is_the_highest_history_step(root):
     assert lakehouse.pipeline_watermark(root, "telemetry") == 7_000
     assert lakehouse.pipeline_watermark(root, "flushed") == MAX
     assert lakehouse.pipeline_watermark(root, "unknown") is None
+
+
+@pytest.mark.spark
+def test_the_pipeline_watermark_is_read_from_the_last_judged_versions_step_on(root):
+    assert lakehouse.pipeline_watermark(root, "long") == 2_000
 
 
 @pytest.mark.spark
@@ -197,6 +210,16 @@ def test_watermark_history_is_the_latest_steps_in_processing_order(root):
     assert {"active_partitions", "idle_partitions", "on_time_count", "late_count"} <= set(history[0])
     assert [h["watermark"] for h in lakehouse.watermark_history(root, "telemetry", limit=2)] == [6_000, 7_000]
     assert [h["watermark"] for h in lakehouse.watermark_history(root, "flushed")] == [5_000, MAX]
+
+
+@pytest.mark.spark
+def test_watermark_history_reads_the_last_versions_and_further_back_only_when_they_hold_too_few_steps(root):
+    assert [h["watermark"] for h in lakehouse.watermark_history(root, "long", limit=2)] == [1_000, 2_000]
+    assert [h["watermark"] for h in lakehouse.watermark_history(root, "long", limit=3)] == [
+        99_000,
+        1_000,
+        2_000,
+    ]
 
 
 @pytest.mark.spark
