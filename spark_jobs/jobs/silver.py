@@ -31,6 +31,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.catalog import string_literal
 from spark_jobs.config import ConfigError
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
 from spark_jobs.eventtime.tracker import PartitionInput, PartitionSnapshot, WatermarkTracker
@@ -409,15 +410,11 @@ def write_history(
     idempotent_append(local_rows(spark, rows, table.schema), table, f"{app_id}:history", batch_id)
 
 
-def write_partition_clocks(
-    spark: SparkSession,
-    registry: TableRegistry,
-    tracker: WatermarkTracker,
-    last_version: int,
-    app_id: str,
-    batch_id: int,
-    now: datetime,
-) -> None:
+def partition_clock_rows(
+    spark: SparkSession, registry: TableRegistry, tracker: WatermarkTracker, last_version: int, now: datetime
+) -> DataFrame | None:
+    """The pipeline's ``ops.watermarks`` rows: one per partition the tracker knows
+    (None when it knows none), stamped with the last judged version."""
     table = registry.ops["watermarks"]
     rows = [
         (
@@ -433,12 +430,53 @@ def write_partition_clocks(
         )
         for snapshot in tracker.snapshots()
     ]
-    if not rows:
+    return local_rows(spark, rows, table.schema) if rows else None
+
+
+def replace_partition_clocks(
+    spark: SparkSession,
+    registry: TableRegistry,
+    tracker: WatermarkTracker,
+    last_version: int,
+    app_id: str,
+    batch_id: int,
+    now: datetime,
+) -> None:
+    """A silver batch's clocks replace the pipeline's rows. The batch judged later
+    versions than any clock written before it, so nothing newer is lost; an
+    overwrite of the pipeline's partition costs less than a MERGE (no join)."""
+    rows = partition_clock_rows(spark, registry, tracker, last_version, now)
+    if rows is None:
         return
-    updates = local_rows(spark, rows, table.schema).alias("s")
+    writer = (
+        rows.write.format("delta")
+        .mode("overwrite")
+        .option("replaceWhere", f"pipeline = {string_literal(registry.config.name)}")
+        .option("txnAppId", f"{app_id}:watermarks")
+        .option("txnVersion", batch_id)
+    )
+    # ops.watermarks is shared by every pipeline (partitioned by pipeline).
+    retry_on_conflict(lambda: writer.save(registry.ops["watermarks"].path), "ops.watermarks overwrite")
+
+
+def merge_partition_clocks(
+    spark: SparkSession,
+    registry: TableRegistry,
+    tracker: WatermarkTracker,
+    last_version: int,
+    app_id: str,
+    batch_id: int,
+    now: datetime,
+) -> None:
+    """An idleness step's clocks, merged row by row and never back: a step planned
+    before a silver batch committed must not overwrite the clocks that batch moved on."""
+    rows = partition_clock_rows(spark, registry, tracker, last_version, now)
+    if rows is None:
+        return
+    updates = rows.alias("s")
 
     def merge() -> None:
-        target = DeltaTable.forPath(spark, table.path).alias("t")
+        target = DeltaTable.forPath(spark, registry.ops["watermarks"].path).alias("t")
         with delta_txn(spark, f"{app_id}:watermarks", batch_id):
             (
                 target.merge(
@@ -447,14 +485,11 @@ def write_partition_clocks(
                     & (F.col("t.pipeline") == F.col("s.pipeline"))
                     & (F.col("t.source_partition") == F.col("s.source_partition")),
                 )
-                # Never back: an idleness step planned before a silver batch committed
-                # must not overwrite the clocks that batch moved on.
                 .whenMatchedUpdateAll(condition=F.col("s.batch_id") >= F.col("t.batch_id"))
                 .whenNotMatchedInsertAll()
                 .execute()
             )
 
-    # ops.watermarks is shared by every pipeline (partitioned by pipeline).
     retry_on_conflict(merge, "ops.watermarks MERGE")
 
 
@@ -568,7 +603,7 @@ class SilverBatchWriter(BatchWriter):
             }
             write_history(spark, registry, plan, per_version, self.app_id, batch_id)
             crash_point("silver:history")
-            write_partition_clocks(spark, registry, tracker, last_version, self.app_id, batch_id, now)
+            replace_partition_clocks(spark, registry, tracker, last_version, self.app_id, batch_id, now)
             crash_point("silver:clocks")
             self.clock.keep(SavedClock(tracker, last_version))
         finally:
@@ -666,7 +701,7 @@ def advance_idle(
     )
     write_history(spark, registry, [clock], {}, app_id, now_ms)
     crash_point("idle:history")
-    write_partition_clocks(spark, registry, tracker, last_version, app_id, now_ms, now)
+    merge_partition_clocks(spark, registry, tracker, last_version, app_id, now_ms, now)
     crash_point("idle:clocks")
     return clock
 

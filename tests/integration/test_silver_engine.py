@@ -238,3 +238,28 @@ def test_a_micro_batch_never_reads_or_rewrites_the_closed_windows(spark, root):
     windows = engine_windows(spark, registry)
     assert [status for *_, status in windows.values()].count("closed") == 4
     assert_reconciles(spark, registry, records)
+
+
+def test_a_silver_batch_replaces_its_own_pipelines_clocks_and_no_other_pipelines(spark, root):
+    watermark = {"strategy": "bounded", "max_out_of_orderness": "0s"}
+    first, second = (engine_config(TUMBLING, watermark) for _ in range(2))
+    replay_batches(spark, first, root, [[payload(0, BASE_MS + 1_000, "d1", 1.0, 1.0)]])
+    registry = replay_batches(
+        spark,
+        second,
+        root,
+        [[payload(0, BASE_MS + 2_000, "d1", 1.0, 1.0)], [payload(1, BASE_MS + 5_000, "d2", 1.0, 1.0)]],
+        silver_every_batch=True,
+    )
+    clocks = spark.read.format("delta").load(registry.ops["watermarks"].path)
+    rows = {
+        (row.pipeline, row.source_partition): row.partition_watermark
+        for row in clocks.where(F.col("pipeline").isin(first.name, second.name)).collect()
+    }
+    # Declared by the replay's source from its first batch on, both partitions of the
+    # second pipeline have one row each, at the watermark of their own records.
+    assert rows == {
+        (first.name, "0"): BASE_MS + 1_000 - 1,
+        (second.name, "0"): BASE_MS + 2_000 - 1,
+        (second.name, "1"): BASE_MS + 5_000 - 1,
+    }
