@@ -16,6 +16,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from spark_jobs.config import load_pipeline
+from spark_jobs.sql import quote_identifier, string_literal
 from spark_jobs.tables import LAYERS, TableRef, TableRegistry
 
 SHIPPED_PIPELINES = Path(__file__).resolve().parent / "pipelines"
@@ -32,16 +33,6 @@ def configured_pipeline_files(entries: str | None = None) -> dict[str, str]:
         for file in files:
             found[file.stem] = str(file)
     return found
-
-
-def quote_identifier(name: str) -> str:
-    """A Spark SQL identifier in backticks (a backtick inside is doubled)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def string_literal(value: str) -> str:
-    """A Spark SQL string literal (quotes and backslashes escaped)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def qualified_name(table: TableRef) -> str:

@@ -19,8 +19,9 @@ from typing import Any
 import yaml
 
 from spark_jobs.eventtime.generators import STRATEGIES, WatermarkSpec
-from spark_jobs.eventtime.model import AGGREGATES, Rules
+from spark_jobs.eventtime.model import Rules
 from spark_jobs.eventtime.windows import WindowSpec
+from spark_jobs.transforms.aggregates import AGGREGATES
 
 # Matched whole (fullmatch): `$` alone would let a trailing newline through.
 PIPELINE_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -566,8 +567,8 @@ def _measures(value: Any, schema: Mapping[str, str], key: tuple[str, ...]) -> di
                     f"{function!r} is not mergeable, so late records could not be folded in later; "
                     f"use one of {', '.join(AGGREGATES)}",
                 )
-            _one_of(function, AGGREGATES, field)
-            if function in ("sum", "avg") and schema[column] not in NUMERIC_TYPES:
+            _one_of(function, tuple(AGGREGATES), field)
+            if AGGREGATES[function].numeric_only and schema[column] not in NUMERIC_TYPES:
                 raise ConfigError(field, f"{function} needs a numeric column; {column} is {schema[column]}")
             if f"{column}_{function}".lower() in taken:
                 raise ConfigError(field, f"{column}_{function} would shadow a silver column")

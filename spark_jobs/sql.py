@@ -29,7 +29,15 @@ from pyspark.sql.types import (
     _parse_datatype_string,
 )
 
-from spark_jobs.catalog import quote_identifier
+
+def quote_identifier(name: str) -> str:
+    """A Spark SQL identifier in backticks (a backtick inside is doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def string_literal(value: str) -> str:
+    """A Spark SQL string literal (quotes and backslashes escaped)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def column_of(alias: str, name: str) -> Column:

@@ -26,7 +26,6 @@ from typing import Any
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
-    BinaryType,
     BooleanType,
     DataType,
     DateType,
@@ -41,6 +40,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs.config import PipelineConfig
+from spark_jobs.transforms.aggregates import measure_types
 
 CHANGE_FEED = ("delta.enableChangeDataFeed", "true")
 CREATE_ATTEMPTS = 4
@@ -111,28 +111,8 @@ def measure_fields(config: PipelineConfig, with_state: bool) -> list[StructField
     """One column per configured measure. ``with_state`` adds the partial state
     that keeps each one mergeable (silver): avg carries its sum and count,
     approx_distinct its HLL sketch."""
-    fields: list[StructField] = []
-    for column, functions in config.measures.items():
-        value_type = SPARK_TYPES[config.schema[column]]
-        for function in functions:
-            name = f"{column}_{function}"
-            if function == "sum":
-                fields.append(
-                    StructField(
-                        name, DoubleType() if value_type in (DoubleType(), FloatType()) else LongType()
-                    )
-                )
-            elif function in ("min", "max"):
-                fields.append(StructField(name, value_type))
-            elif function == "avg":
-                fields.append(StructField(name, DoubleType()))
-                if with_state:
-                    fields += _fields((f"{name}_sum", DoubleType()), (f"{name}_n", LongType()))
-            else:
-                fields.append(StructField(name, LongType()))
-                if with_state and function == "approx_distinct":
-                    fields.append(StructField(f"{name}_sketch", BinaryType()))
-    return fields
+    value_types = {column: SPARK_TYPES[config.schema[column]] for column in config.measures}
+    return [StructField(name, kind) for name, kind in measure_types(config, value_types, with_state).items()]
 
 
 def ops_tables(root: str | None = None) -> list[TableRef]:

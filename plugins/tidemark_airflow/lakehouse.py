@@ -114,7 +114,7 @@ def _steps(root: str, pipeline: str, columns: list[str], first_batch: int | None
     so a page load or a sensor's poke does not read the whole history."""
     where = _of_pipeline(pipeline)
     if first_batch is not None:
-        where += f" AND batch_id >= {int(first_batch)}"
+        where += f" AND batch_id >= {first_batch:d}"
     return _read(root, "ops", "watermark_history", columns, where)
 
 

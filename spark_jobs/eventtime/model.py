@@ -32,8 +32,7 @@ from typing import Any
 from spark_jobs.eventtime.generators import WatermarkSpec
 from spark_jobs.eventtime.tracker import PartitionInput, WatermarkTracker
 from spark_jobs.eventtime.windows import Window, WindowSpec, is_cleaned, is_fired
-
-AGGREGATES = ("count", "sum", "min", "max", "avg", "approx_distinct")
+from spark_jobs.transforms.aggregates import AGGREGATES, python_value
 
 OPEN, FIRED, CLOSED = "open", "fired", "closed"
 
@@ -147,19 +146,7 @@ class _WindowState:
 def aggregate(column: str, function: str, records: Sequence[Record]) -> Any:
     """Spark's semantics: nulls are ignored; min/max/sum/avg of nothing is null."""
     values = [r.payload.get(column) for r in records if r.payload.get(column) is not None]
-    if function == "count":
-        return len(values)
-    if function == "approx_distinct":
-        return len(set(values))
-    if not values:
-        return None
-    if function == "sum":
-        return sum(values)
-    if function == "min":
-        return min(values)
-    if function == "max":
-        return max(values)
-    return sum(values) / len(values)
+    return python_value(function, values)
 
 
 def summarize(records: Sequence[Record]) -> dict[Hashable, PartitionInput]:

@@ -23,6 +23,7 @@ from spark_jobs.jobs.common import (
     Stream,
     crash_point,
     exit_on_config_error,
+    idempotent_append,
     job_parser,
     run_stream,
     start_stream,
@@ -31,18 +32,8 @@ from spark_jobs.session import build_session
 from spark_jobs.sources import read_source
 from spark_jobs.sources.kafka import KafkaLatestOffsets, kafka_progress
 from spark_jobs.sources.progress import SourceProgress
-from spark_jobs.tables import TableRef, table_version
+from spark_jobs.tables import table_version
 from spark_jobs.transforms.parse import bronze_rows, parse_records, reject_rows
-
-
-def idempotent_append(
-    frame: DataFrame, table: TableRef, app_id: str, batch_id: int, user_metadata: str | None = None
-) -> None:
-    writer = frame.write.format("delta").mode("append")
-    writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
-    if user_metadata is not None:
-        writer = writer.option("userMetadata", user_metadata)
-    writer.save(table.path)
 
 
 def counted(frame: DataFrame, **counts: Column) -> tuple[DataFrame, Observation]:

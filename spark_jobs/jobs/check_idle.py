@@ -3,7 +3,7 @@
 1. Looks for backlogs: landing files bronze has not ingested yet (files
    sources), bronze versions silver has not judged yet.
 2. When silver has nothing left to judge, takes one watermark step without
-   records (:func:`spark_jobs.jobs.silver.advance_idle`): partitions quiet for
+   records (:func:`spark_jobs.engine.watermark_steps.advance_idle`): partitions quiet for
    the idleness timeout become idle, the watermark moves, and the windows it
    passed fire through silver's own firing update. The streaming gold and
    offline jobs take the step from silver's change feed and watermark history,
@@ -29,7 +29,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import load_pipeline, parse_duration
-from spark_jobs.jobs import silver
+from spark_jobs.engine.clocks import judged_version
+from spark_jobs.engine.watermark_steps import advance_idle
 from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error, folder_argument
 from spark_jobs.session import build_session
 from spark_jobs.sources import latest_source_report
@@ -78,7 +79,7 @@ def unread_landing_files(spark: SparkSession, registry: TableRegistry) -> dict[s
 
 def unjudged_versions(spark: SparkSession, registry: TableRegistry) -> tuple[int, datetime | None]:
     """(bronze versions with records silver has not judged, the oldest one's commit time)."""
-    judged = silver.judged_version(spark, registry)
+    judged = judged_version(spark, registry)
     first = 0 if judged is None else judged + 1
     latest = table_version(spark, registry.bronze.path)
     if latest < first:
@@ -173,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     health = inspect(spark, registry, now, stall_after_ms)
     # With Kafka's offsets unknown no partition is known to be caught up: no step.
     busy = health.unjudged_versions or health.kafka_unknown
-    step = None if busy else silver.advance_idle(spark, registry, now, backlog=health.kafka_lag)
+    step = None if busy else advance_idle(spark, registry, now, backlog=health.kafka_lag)
     if step is None:
         moved = "silver busy: watermark left to it" if health.unjudged_versions else "watermark unchanged"
     else:

@@ -35,7 +35,7 @@ from pyspark.sql.streaming import StreamingQuery
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline, parse_duration
 from spark_jobs.sources.progress import SourceProgress
 from spark_jobs.sql import local_rows
-from spark_jobs.tables import TableRegistry, hadoop_file, join, read_text
+from spark_jobs.tables import TableRef, TableRegistry, hadoop_file, join, read_text
 
 TRIGGERS = ("continuous", "available-now")
 CONFLICT_ATTEMPTS = 10
@@ -220,6 +220,17 @@ def txn_settings(app_id: str, version: int) -> dict[str, str]:
 def delta_txn(spark: SparkSession, app_id: str, version: int) -> AbstractContextManager[None]:
     """Make the enclosed Delta DML idempotent (:func:`txn_settings`)."""
     return session_settings(spark, txn_settings(app_id, version))
+
+
+def idempotent_append(
+    frame: DataFrame, table: TableRef, app_id: str, batch_id: int, user_metadata: str | None = None
+) -> None:
+    """Append ``frame`` to ``table`` unless this (app id, batch id) already committed to it."""
+    writer = frame.write.format("delta").mode("append")
+    writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
+    if user_metadata is not None:
+        writer = writer.option("userMetadata", user_metadata)
+    writer.save(table.path)
 
 
 @dataclass

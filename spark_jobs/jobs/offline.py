@@ -32,9 +32,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.catalog import quote_identifier, string_literal
 from spark_jobs.eventtime.clock import MIN_WATERMARK
-from spark_jobs.jobs.bronze import idempotent_append
 from spark_jobs.jobs.common import (
     USER_METADATA,
     BatchWriter,
@@ -42,6 +40,7 @@ from spark_jobs.jobs.common import (
     Stream,
     crash_point,
     exit_on_config_error,
+    idempotent_append,
     job_parser,
     retry_on_conflict,
     run_if_configured,
@@ -50,7 +49,7 @@ from spark_jobs.jobs.common import (
     writer_stream,
 )
 from spark_jobs.session import build_session
-from spark_jobs.sql import column_of, local_rows, null_safe_match
+from spark_jobs.sql import column_of, local_rows, null_safe_match, quote_identifier, string_literal
 from spark_jobs.tables import TableRef, TableRegistry, commits, table_version
 from spark_jobs.transforms.offline import detection_watermark, transitions
 from spark_jobs.transforms.windows import is_marker, record_millis

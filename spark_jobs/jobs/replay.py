@@ -31,6 +31,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline
+from spark_jobs.engine import watermark_steps
 from spark_jobs.generator import land_files
 from spark_jobs.jobs import bronze, gold, offline, silver
 from spark_jobs.jobs.common import JobContext, exit_on_config_error, folder_argument
@@ -221,7 +222,7 @@ def replay_batches(
             if code != 0:
                 return code
     if flush:
-        silver.flush(spark, registry)
+        watermark_steps.flush(spark, registry)
     downstream = [("gold", gold)] if registry.gold is not None else []
     if config.offline is not None:
         downstream.append(("offline", offline))

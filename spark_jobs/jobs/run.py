@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pyspark.sql import SparkSession
 
 from spark_jobs.config import ConfigError
+from spark_jobs.engine import watermark_steps
 from spark_jobs.jobs import bronze, gold, offline, silver
 from spark_jobs.jobs.common import (
     JobContext,
@@ -67,7 +68,7 @@ def run(spark: SparkSession, pipeline: JobContext, flush: bool = False) -> int:
         if code != 0:
             return code
         if index == 1 and flush:
-            silver.flush(spark.newSession(), pipeline.registry)
+            watermark_steps.flush(spark.newSession(), pipeline.registry)
     return 0
 
 

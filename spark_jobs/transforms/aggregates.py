@@ -1,104 +1,228 @@
-"""Mergeable measures (DESIGN §3): partial aggregates and the rule that merges two
-partials of the same (window, key) into one.
+"""Mergeable measures (DESIGN §3), one registry entry per aggregate kind.
 
-count, sum, min and max merge directly; avg is kept as its sum and count;
-approx_distinct as an HLL sketch. Nulls are ignored as in Spark's aggregates:
-the sum, min, max or avg of nothing is null. Silver's MERGE (new records) and
-the late-merge job (quarantined records) both use :func:`merged_measures`.
+An entry says everything about its kind: whether it needs a numeric column, the
+type of its silver and gold column, the extra silver columns that keep it
+mergeable (avg keeps its sum and count, approx_distinct an HLL sketch), the
+partial aggregate of a window's records, the rule that merges two partials of the
+same (window, key), the value of a new partial, the gold rollup over windows, and
+the reference model's plain-Python value. Nulls are ignored as in Spark's
+aggregates: the sum, min, max or avg of nothing is null. Silver's MERGE (new
+records) and the late-merge job (quarantined records) both use
+:func:`merged_measures`. A new aggregate is one entry in :data:`AGGREGATES`.
+
+A partial takes the input column and its pipeline type name. In the other
+expressions, ``part(suffix)`` is the column ``<column>_<function><suffix>``
+of one side (the measure's value for ``""``, its state for a state suffix).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, DataType, DoubleType, FloatType, LongType
 
-from spark_jobs.config import PipelineConfig
 from spark_jobs.sql import column_of
 
+if TYPE_CHECKING:
+    from spark_jobs.config import PipelineConfig
 
-def _hll_input(column: str, type_name: str) -> Column:
+Part = Callable[[str], Column]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    numeric_only: bool
+    value_type: Callable[[DataType], DataType]
+    state: Mapping[str, DataType]
+    partial: Callable[[Column, str], Mapping[str, Column]]
+    merge: Callable[[Part, Part], Mapping[str, Column]]
+    finish: Callable[[Part], Mapping[str, Column]]
+    rollup: Callable[[Part], Column]
+    python: Callable[[Sequence[Any]], Any]
+
+
+def _either(target: Column, source: Column, combine: Column) -> Column:
+    """``combine`` of both sides, or the one that is not null."""
+    return F.when(target.isNull(), source).when(source.isNull(), target).otherwise(combine)
+
+
+def _sum_type(value_type: DataType) -> DataType:
+    return DoubleType() if value_type in (DoubleType(), FloatType()) else LongType()
+
+
+def _hll_input(column: Column, type_name: str) -> Column:
     # HLL sketches take integers, strings and binaries; other types go by their text.
-    return F.col(column) if type_name in ("int", "long", "string") else F.col(column).cast("string")
+    return column if type_name in ("int", "long", "string") else column.cast("string")
+
+
+def _average(part: Part) -> Column:
+    return part("_sum") / F.nullif(part("_n"), F.lit(0))
+
+
+def _estimate(sketch: Column) -> Column:
+    return F.coalesce(F.hll_sketch_estimate(sketch), F.lit(0))
+
+
+def _merged_average(t: Part, s: Part) -> dict[str, Column]:
+    total = _either(t("_sum"), s("_sum"), t("_sum") + s("_sum"))
+    count = t("_n") + s("_n")
+    return {"_sum": total, "_n": count, "": total / F.nullif(count, F.lit(0))}
+
+
+def _merged_sketch(t: Part, s: Part) -> dict[str, Column]:
+    sketch = _either(t("_sketch"), s("_sketch"), F.hll_union(t("_sketch"), s("_sketch")))
+    return {"_sketch": sketch, "": _estimate(sketch)}
+
+
+def _value(s: Part) -> dict[str, Column]:
+    return {"": s("")}
+
+
+def _python_sum(values: Sequence[Any]) -> Any:
+    return sum(values) if values else None
+
+
+def _python_min(values: Sequence[Any]) -> Any:
+    return min(values) if values else None
+
+
+def _python_max(values: Sequence[Any]) -> Any:
+    return max(values) if values else None
+
+
+def _python_avg(values: Sequence[Any]) -> Any:
+    return sum(values) / len(values) if values else None
+
+
+AGGREGATES: dict[str, Aggregate] = {
+    "count": Aggregate(
+        numeric_only=False,
+        value_type=lambda _: LongType(),
+        state={},
+        partial=lambda column, _: {"": F.count(column)},
+        merge=lambda t, s: {"": t("") + s("")},
+        finish=_value,
+        rollup=lambda part: F.sum(part("")),
+        python=len,
+    ),
+    "sum": Aggregate(
+        numeric_only=True,
+        value_type=_sum_type,
+        state={},
+        partial=lambda column, _: {"": F.sum(column)},
+        merge=lambda t, s: {"": _either(t(""), s(""), t("") + s(""))},
+        finish=_value,
+        rollup=lambda part: F.sum(part("")),
+        python=_python_sum,
+    ),
+    "min": Aggregate(
+        numeric_only=False,
+        value_type=lambda value_type: value_type,
+        state={},
+        partial=lambda column, _: {"": F.min(column)},
+        merge=lambda t, s: {"": F.least(t(""), s(""))},
+        finish=_value,
+        rollup=lambda part: F.min(part("")),
+        python=_python_min,
+    ),
+    "max": Aggregate(
+        numeric_only=False,
+        value_type=lambda value_type: value_type,
+        state={},
+        partial=lambda column, _: {"": F.max(column)},
+        merge=lambda t, s: {"": F.greatest(t(""), s(""))},
+        finish=_value,
+        rollup=lambda part: F.max(part("")),
+        python=_python_max,
+    ),
+    "avg": Aggregate(
+        numeric_only=True,
+        value_type=lambda _: DoubleType(),
+        state={"_sum": DoubleType(), "_n": LongType()},
+        partial=lambda column, _: {"_sum": F.sum(column.cast("double")), "_n": F.count(column)},
+        merge=_merged_average,
+        finish=lambda s: {"_sum": s("_sum"), "_n": s("_n"), "": _average(s)},
+        rollup=lambda part: F.sum(part("_sum")) / F.nullif(F.sum(part("_n")), F.lit(0)),
+        python=_python_avg,
+    ),
+    "approx_distinct": Aggregate(
+        numeric_only=False,
+        value_type=lambda _: LongType(),
+        state={"_sketch": BinaryType()},
+        partial=lambda column, type_name: {"_sketch": F.hll_sketch_agg(_hll_input(column, type_name))},
+        merge=_merged_sketch,
+        finish=lambda s: {"_sketch": s("_sketch"), "": _estimate(s("_sketch"))},
+        rollup=lambda part: _estimate(F.hll_union_agg(part("_sketch"), True)),
+        python=lambda values: len(set(values)),
+    ),
+}
+
+
+def _measures(config: PipelineConfig) -> list[tuple[str, str, Aggregate]]:
+    """(input column, measure column, kind) of every configured measure."""
+    return [
+        (column, f"{column}_{function}", AGGREGATES[function])
+        for column, functions in config.measures.items()
+        for function in functions
+    ]
+
+
+def _side(alias: str | None, name: str) -> Part:
+    if alias is None:
+        return lambda suffix: F.col(name + suffix)
+    return lambda suffix: column_of(alias, name + suffix)
 
 
 def partial_aggregates(config: PipelineConfig) -> list[Column]:
     """Mergeable partials per (window, key), named as the silver columns."""
     columns = [F.count(F.lit(1)).alias("record_count")]
-    for column, functions in config.measures.items():
-        for function in functions:
-            name = f"{column}_{function}"
-            if function == "count":
-                columns.append(F.count(column).alias(name))
-            elif function == "sum":
-                columns.append(F.sum(column).alias(name))
-            elif function == "min":
-                columns.append(F.min(column).alias(name))
-            elif function == "max":
-                columns.append(F.max(column).alias(name))
-            elif function == "avg":
-                columns.append(F.sum(F.col(column).cast("double")).alias(f"{name}_sum"))
-                columns.append(F.count(column).alias(f"{name}_n"))
-            else:
-                columns.append(
-                    F.hll_sketch_agg(_hll_input(column, config.schema[column])).alias(f"{name}_sketch")
-                )
+    for column, name, kind in _measures(config):
+        partial = kind.partial(F.col(column), config.schema[column])
+        columns += [expression.alias(name + suffix) for suffix, expression in partial.items()]
     return columns
-
-
-def _either(target: Column, source: Column, combine: Column) -> Column:
-    return F.when(target.isNull(), source).when(source.isNull(), target).otherwise(combine)
-
-
-def _qualifier(alias: str) -> Callable[[str], Column]:
-    return functools.partial(column_of, alias)
 
 
 def merged_measures(config: PipelineConfig, target: str = "t", source: str = "s") -> dict[str, Column]:
     """Silver column -> expression merging the target row with the source partial."""
-    t, s = _qualifier(target), _qualifier(source)
-    merged = {"record_count": t("record_count") + s("record_count")}
-    for column, functions in config.measures.items():
-        for function in functions:
-            name = f"{column}_{function}"
-            if function == "count":
-                merged[name] = t(name) + s(name)
-            elif function == "sum":
-                merged[name] = _either(t(name), s(name), t(name) + s(name))
-            elif function == "min":
-                merged[name] = F.least(t(name), s(name))
-            elif function == "max":
-                merged[name] = F.greatest(t(name), s(name))
-            elif function == "avg":
-                total = _either(t(f"{name}_sum"), s(f"{name}_sum"), t(f"{name}_sum") + s(f"{name}_sum"))
-                count = t(f"{name}_n") + s(f"{name}_n")
-                merged[f"{name}_sum"] = total
-                merged[f"{name}_n"] = count
-                merged[name] = total / F.nullif(count, F.lit(0))
-            else:
-                old, new = t(f"{name}_sketch"), s(f"{name}_sketch")
-                sketch = _either(old, new, F.hll_union(old, new))
-                merged[f"{name}_sketch"] = sketch
-                merged[name] = F.coalesce(F.hll_sketch_estimate(sketch), F.lit(0))
+    merged = {"record_count": column_of(target, "record_count") + column_of(source, "record_count")}
+    for _, name, kind in _measures(config):
+        merge = kind.merge(_side(target, name), _side(source, name))
+        merged |= {name + suffix: expression for suffix, expression in merge.items()}
     return merged
 
 
 def finished_measures(config: PipelineConfig, source: str = "s") -> dict[str, Column]:
     """Silver column -> expression for a partial inserted as a new row."""
-    s = _qualifier(source)
-    finished = {"record_count": s("record_count")}
-    for column, functions in config.measures.items():
-        for function in functions:
-            name = f"{column}_{function}"
-            if function == "avg":
-                finished[f"{name}_sum"] = s(f"{name}_sum")
-                finished[f"{name}_n"] = s(f"{name}_n")
-                finished[name] = s(f"{name}_sum") / F.nullif(s(f"{name}_n"), F.lit(0))
-            elif function == "approx_distinct":
-                finished[f"{name}_sketch"] = s(f"{name}_sketch")
-                finished[name] = F.coalesce(F.hll_sketch_estimate(s(f"{name}_sketch")), F.lit(0))
-            else:
-                finished[name] = s(name)
+    finished = {"record_count": column_of(source, "record_count")}
+    for _, name, kind in _measures(config):
+        finished |= {
+            name + suffix: expression for suffix, expression in kind.finish(_side(source, name)).items()
+        }
     return finished
+
+
+def measure_rollups(config: PipelineConfig) -> list[Column]:
+    """Gold's measures over silver windows, merged from each window's state."""
+    return [kind.rollup(_side(None, name)).alias(name) for _, name, kind in _measures(config)]
+
+
+def measure_types(
+    config: PipelineConfig, value_types: Mapping[str, DataType], with_state: bool
+) -> dict[str, DataType]:
+    """Measure column -> type, given each input column's type; ``with_state`` adds
+    the columns that keep the measures mergeable (silver)."""
+    types: dict[str, DataType] = {}
+    for column, name, kind in _measures(config):
+        types[name] = kind.value_type(value_types[column])
+        if with_state:
+            types |= {name + suffix: state_type for suffix, state_type in kind.state.items()}
+    return types
+
+
+def python_value(function: str, values: Sequence[Any]) -> Any:
+    """The reference model's value of ``function`` over the non-null ``values``."""
+    return AGGREGATES[function].python(values)

@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import GoldConfig, PipelineConfig
+from spark_jobs.transforms.aggregates import measure_rollups
 
 ROLLED_UP_STATUSES = ("fired", "closed")
 
@@ -36,26 +37,6 @@ def grain_keys(silver_rows: DataFrame, config: PipelineConfig) -> DataFrame:
     return silver_rows.select(grain_start(config).alias("grain_start"), *_gold(config).group_by).distinct()
 
 
-def _measure_rollups(config: PipelineConfig) -> list[Column]:
-    columns = []
-    for column, functions in config.measures.items():
-        for function in functions:
-            name = f"{column}_{function}"
-            if function in ("count", "sum"):
-                columns.append(F.sum(name).alias(name))
-            elif function == "min":
-                columns.append(F.min(name).alias(name))
-            elif function == "max":
-                columns.append(F.max(name).alias(name))
-            elif function == "avg":
-                total, count = F.sum(f"{name}_sum"), F.sum(f"{name}_n")
-                columns.append((total / F.nullif(count, F.lit(0))).alias(name))
-            else:
-                sketch = F.hll_union_agg(f"{name}_sketch", True)
-                columns.append(F.coalesce(F.hll_sketch_estimate(sketch), F.lit(0)).alias(name))
-    return columns
-
-
 def rolled_up(silver: DataFrame) -> DataFrame:
     """The silver windows gold counts: fired or closed (an open window may grow)."""
     return silver.where(F.col("status").isin(*ROLLED_UP_STATUSES))
@@ -74,7 +55,7 @@ def rollup(silver: DataFrame, config: PipelineConfig) -> DataFrame:
             F.sum("record_count").cast("long").alias("record_count"),
             F.count(F.lit(1)).alias("window_count"),
             F.count_distinct(*[F.col(column) for column in config.key]).alias("key_count"),
-            *_measure_rollups(config),
+            *measure_rollups(config),
         )
         .withColumn("grain_end", F.timestamp_millis(F.unix_millis("grain_start") + F.lit(gold.grain_ms)))
     )

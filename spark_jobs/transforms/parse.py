@@ -18,8 +18,8 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.catalog import quote_identifier
 from spark_jobs.config import PipelineConfig
+from spark_jobs.sql import quote_identifier
 from spark_jobs.transforms.timestamps import event_time_millis, in_timestamp_range, millis_to_timestamp
 
 REASONS = (

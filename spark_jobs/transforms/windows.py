@@ -15,13 +15,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig
+from spark_jobs.eventtime.model import CLOSED, FIRED, OPEN
 from spark_jobs.eventtime.windows import WindowSpec
 from spark_jobs.transforms.aggregates import partial_aggregates
 
 TIME_COLUMNS = {"event": "event_time", "ingestion": "ingest_time", "processing": "processing_time"}
-# A silver window's status: it has not fired, it fired (and may still re-fire with
-# records within its allowed lateness), or it is cleaned up (later records are late).
-OPEN, FIRED, CLOSED = "open", "fired", "closed"
 
 
 def is_fired(window_end_ms: Column, watermark: Column | int) -> Column:

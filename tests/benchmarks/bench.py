@@ -72,6 +72,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig, load_pipeline
+from spark_jobs.engine.clocks import forget_clocks
+from spark_jobs.engine.judging import LATE_REASON
 from spark_jobs.generator import REGIONS, START_MS, FleetSpec, Generated, generate, write_landing
 from spark_jobs.jobs import bronze, merge_late, silver
 from spark_jobs.jobs.common import JobContext
@@ -297,7 +299,7 @@ def pending_late(spark: SparkSession, config: PipelineConfig, batch: int, now: d
             "processing_time": arrived,
             "watermark": F.col("ts") + F.lit(LATE_DELAY_MS),
             "lateness_ms": F.lit(LATE_DELAY_MS),
-            "reason": F.lit(silver.LATE_REASON),
+            "reason": F.lit(LATE_REASON),
             "status": F.lit("pending"),
             "quarantined_at": F.lit(now),
             "merged_at": F.lit(None),
@@ -632,7 +634,7 @@ class SilverLakehouse:
         self.landed += count
         bronze.run(self.spark, self.contexts["bronze"])
         if as_new_process:
-            silver.forget_clocks()
+            forget_clocks()
             self.spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
         query = silver.stream(self.spark, self.contexts["silver"]).start()
         query.awaitTermination()

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.engine import watermark_steps
 from spark_jobs.generator import land_files
 from spark_jobs.jobs import merge_late, silver
 from spark_jobs.jobs.common import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, INJECTED_CRASHES, InjectedCrash
@@ -132,8 +133,8 @@ def scenario(spark, tmp_path, monkeypatch, plan: dict) -> dict:
         for job in ("bronze", "silver", "gold", "offline"):
             run_crashing(monkeypatch, crash_in(plan, index, job), stream(spark, registry, job))
     for what, action in (
-        ("idle", lambda: silver.advance_idle(spark, registry, datetime.now(UTC))),
-        ("flush", lambda: silver.flush(spark, registry)),
+        ("idle", lambda: watermark_steps.advance_idle(spark, registry, datetime.now(UTC))),
+        ("flush", lambda: watermark_steps.flush(spark, registry)),
         ("gold", stream(spark, registry, "gold")),
         ("offline", stream(spark, registry, "offline")),
         ("merge_late", lambda: merge_late.merge_late(spark, registry, merge_late.TimeRange())),

@@ -10,8 +10,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from spark_jobs.engine.clocks import load_clock
+from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
-from spark_jobs.jobs.silver import flush, load_clock
 from spark_jobs.sql import local_rows
 from spark_jobs.tables import changed_by_others, table_version
 from tests.integration.conftest import registry_for, write_pipeline

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.engine import watermark_steps
 from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.eventtime.timers import OfflineDetector
 from spark_jobs.generator import FleetSpec, generate
-from spark_jobs.jobs import offline, silver
+from spark_jobs.jobs import offline
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.tables import TableRegistry, join
 from tests.integration.engine import (
@@ -57,7 +58,7 @@ def status_events(spark, registry: TableRegistry) -> list[tuple]:
 
 def end_input(spark, registry: TableRegistry) -> None:
     """Flush, as `replay --flush` would, then let offline detection take the step."""
-    assert silver.flush(spark, registry)
+    assert watermark_steps.flush(spark, registry)
     checkpoint = join(registry.root, "_checkpoints", registry.config.name, "offline")
     context = JobContext("offline", registry.config, registry, "available-now", 1_000, checkpoint)
     assert offline.run(spark, context) == 0

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from spark_jobs.engine import watermark_steps
 from spark_jobs.generator import FleetSpec, generate, land_files
-from spark_jobs.jobs import silver
 from spark_jobs.jobs.common import JobContext, RunTotals
 from spark_jobs.jobs.silver import SilverBatchWriter
 from spark_jobs.tables import TableRegistry, join
@@ -205,7 +205,7 @@ def test_a_silver_stream_judges_its_next_batch_by_an_idleness_step_taken_between
     second = [payload(0, BASE_MS + 2 * 60_000, "a", 50.0, 1.0)]
     land_files([[json.dumps(record) for record in first]], registry.landing_path, "json")
     run_jobs(spark, registry, "bronze", "silver")
-    step = silver.advance_idle(spark, registry, datetime.now(UTC))
+    step = watermark_steps.advance_idle(spark, registry, datetime.now(UTC))
     assert step is not None and step.watermark_after == BASE_MS + 5 * 60_000 - 1
     land_files([[json.dumps(record) for record in second]], registry.landing_path, "json")
     run_jobs(spark, registry, "bronze", "silver")

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.engine import watermark_steps
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, send_to_kafka, write_landing
-from spark_jobs.jobs import check_idle, silver
+from spark_jobs.jobs import check_idle
 from spark_jobs.tables import TableRegistry
 from tests.integration.conftest import assert_bronze_reconciles, registry_for, write_pipeline
 from tests.integration.engine import batch_computation, engine_history, run_jobs
@@ -33,7 +34,7 @@ WATERMARK = {"strategy": "bounded", "max_out_of_orderness": "5s"}
 
 
 def end_input(spark, registry: TableRegistry) -> None:
-    assert silver.flush(spark, registry)
+    assert watermark_steps.flush(spark, registry)
     run_jobs(spark, registry, "gold", "offline")
 
 

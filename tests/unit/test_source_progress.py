@@ -3,9 +3,9 @@ how silver turns the reports into declared partitions and backlog."""
 
 from datetime import UTC, datetime, timedelta
 
+from spark_jobs.engine.clocks import plan_clocks
 from spark_jobs.eventtime import MIN_WATERMARK, WatermarkSpec
 from spark_jobs.eventtime.tracker import WatermarkTracker
-from spark_jobs.jobs.silver import plan_clocks
 from spark_jobs.sources.progress import (
     PartitionOffsets,
     SourceProgress,

@@ -11,12 +11,11 @@ import pytest
 from spark_jobs.catalog import (
     catalog_tables,
     configured_pipeline_files,
-    quote_identifier,
     register_statement,
     registries_for,
-    string_literal,
 )
 from spark_jobs.jobs.sql_server import build_parser, port_number, server_conf
+from spark_jobs.sql import quote_identifier, string_literal
 from spark_jobs.sql_client import condensed_error
 from spark_jobs.tables import TableRef
 

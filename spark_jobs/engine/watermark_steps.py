@@ -1,0 +1,88 @@
+"""Watermark steps that bring no records: the end of input (flush) and idleness
+(a quiet stream), through the same tracker and firing as a silver batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from pyspark.sql import SparkSession
+
+from spark_jobs.engine.clocks import (
+    VersionClock,
+    last_history_batch,
+    load_clock,
+    merge_partition_clocks,
+    utc_moment,
+    write_history,
+)
+from spark_jobs.engine.window_store import fire_due
+from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
+from spark_jobs.jobs.common import (
+    crash_point,
+)
+from spark_jobs.tables import TableRegistry
+
+
+def flush(spark: SparkSession, registry: TableRegistry) -> bool:
+    """End of input, like a bounded Flink source: the watermark moves to +inf, so
+    every window fires and closes. Returns False when it had already ended."""
+    registry.create_missing(spark)
+    tracker = load_clock(spark, registry).tracker
+    if tracker.watermark == MAX_WATERMARK:
+        return False
+    last = last_history_batch(spark, registry)
+    version = -1 if last is None else last
+    state = tracker.flush()
+    now = datetime.now(UTC)
+    app_id = f"flush-{registry.config.name}"
+    fire_due(spark, registry, MAX_WATERMARK, (f"{app_id}:silver", version + 1), now)
+    crash_point("flush:fire")
+    now_ms = round(now.timestamp() * 1000)
+    clock = VersionClock(
+        version + 1, now_ms, MIN_WATERMARK, MAX_WATERMARK, state.active_partitions, state.idle_partitions
+    )
+    write_history(spark, registry, [clock], {}, app_id, version + 1)
+    crash_point("flush:history")
+    return True
+
+
+def advance_idle(
+    spark: SparkSession, registry: TableRegistry, now: datetime, backlog: Iterable[str] = ()
+) -> VersionClock | None:
+    """A watermark step without records, for when silver is quiet (no bronze
+    version left to judge): partitions quiet for the idleness timeout become idle,
+    unless they are in ``backlog`` (unread input at the source, such as Kafka lag),
+    the watermark moves as the valve says, and the windows it passed fire, through
+    the same tracker and firing update as a streaming batch. Recorded as a history
+    step on the last judged version. Returns the step, or None if nothing moved
+    or the input has ended."""
+    saved = load_clock(spark, registry)
+    last_version, tracker = saved.judged_version, saved.tracker
+    if last_version is None:
+        return None
+    before = tracker.watermark
+    if before == MAX_WATERMARK:  # the input has ended (flushed): there is nothing left to step
+        return None
+    idle_before = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
+    # Whole milliseconds: the step's history row and its clocks carry the same moment.
+    now_ms = saved.unfinished_step_ms
+    if now_ms is None:
+        now_ms = int(now.timestamp() * 1000)
+    now = utc_moment(now_ms)
+    state = tracker.advance(now_ms, {}, backlog)
+    idle_after = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
+    if state.watermark == before and idle_after == idle_before and saved.unfinished_step_ms is None:
+        return None
+    # Each check is its own step: its moment is its transaction version.
+    app_id = f"idle-{registry.config.name}"
+    fire_due(spark, registry, state.watermark, (f"{app_id}:silver", now_ms), now)
+    crash_point("idle:fire")
+    clock = VersionClock(
+        last_version, now_ms, before, state.watermark, state.active_partitions, state.idle_partitions
+    )
+    write_history(spark, registry, [clock], {}, app_id, now_ms)
+    crash_point("idle:history")
+    merge_partition_clocks(spark, registry, tracker, last_version, app_id, now_ms, now)
+    crash_point("idle:clocks")
+    return clock
