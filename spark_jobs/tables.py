@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import (
     BooleanType,
     DataType,
@@ -113,6 +114,17 @@ def measure_fields(config: PipelineConfig, with_state: bool) -> list[StructField
     approx_distinct its HLL sketch."""
     value_types = {column: SPARK_TYPES[config.schema[column]] for column in config.measures}
     return [StructField(name, kind) for name, kind in measure_types(config, value_types, with_state).items()]
+
+
+def change_feed(
+    reader: DataFrameReader | DataStreamReader, path: str, first: int = 0, last: int | None = None
+) -> DataFrame:
+    """A Delta table's change feed from version ``first`` (through ``last``), read
+    by ``reader`` (``spark.read`` or ``spark.readStream``)."""
+    reader = reader.format("delta").option("readChangeFeed", "true").option("startingVersion", first)
+    if last is not None:
+        reader = reader.option("endingVersion", last)
+    return reader.load(path)
 
 
 def ops_tables(root: str | None = None) -> list[TableRef]:

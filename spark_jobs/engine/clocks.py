@@ -23,7 +23,7 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.sources.progress import SourceProgress, known_partitions, lagging_partitions, partition_order
 from spark_jobs.sql import local_rows, string_literal
-from spark_jobs.tables import TableRegistry, changed_by_others, never_written, table_version
+from spark_jobs.tables import TableRegistry, change_feed, changed_by_others, never_written, table_version
 
 
 @dataclass(frozen=True)
@@ -251,55 +251,46 @@ def partition_clock_rows(
     return local_rows(spark, rows, table.schema) if rows else None
 
 
-def replace_partition_clocks(
+def write_partition_clocks(
     spark: SparkSession,
     registry: TableRegistry,
     tracker: WatermarkTracker,
     last_version: int,
-    app_id: str,
-    batch_id: int,
+    txn: tuple[str, int],
     now: datetime,
+    never_back: bool = False,
 ) -> None:
-    """A silver batch's clocks replace the pipeline's rows. The batch judged later
-    versions than any clock written before it, so nothing newer is lost; an
-    overwrite of the pipeline's partition costs less than a MERGE (no join)."""
+    """The pipeline's rows of ``ops.watermarks`` (shared by every pipeline,
+    partitioned by pipeline), idempotent under ``txn`` (app id, version).
+
+    A silver batch replaces the pipeline's rows: it judged later versions than any
+    clock written before it, and an overwrite of one partition costs less than a
+    MERGE (no join). An idleness step (``never_back``) merges row by row instead,
+    never over a newer row: planned before a silver batch committed, it must not
+    overwrite the clocks that batch moved on."""
     rows = partition_clock_rows(spark, registry, tracker, last_version, now)
     if rows is None:
         return
-    writer = (
-        rows.write.format("delta")
-        .mode("overwrite")
-        .option("replaceWhere", f"pipeline = {string_literal(registry.config.name)}")
-        .option("txnAppId", f"{app_id}:watermarks")
-        .option("txnVersion", batch_id)
-    )
-    # ops.watermarks is shared by every pipeline (partitioned by pipeline).
-    retry_on_conflict(lambda: writer.save(registry.ops["watermarks"].path), "ops.watermarks overwrite")
+    path = registry.ops["watermarks"].path
+    name = registry.config.name
 
-
-def merge_partition_clocks(
-    spark: SparkSession,
-    registry: TableRegistry,
-    tracker: WatermarkTracker,
-    last_version: int,
-    app_id: str,
-    batch_id: int,
-    now: datetime,
-) -> None:
-    """An idleness step's clocks, merged row by row and never back: a step planned
-    before a silver batch committed must not overwrite the clocks that batch moved on."""
-    rows = partition_clock_rows(spark, registry, tracker, last_version, now)
-    if rows is None:
-        return
-    updates = rows.alias("s")
+    def replace() -> None:
+        (
+            rows.write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", f"pipeline = {string_literal(name)}")
+            .option("txnAppId", txn[0])
+            .option("txnVersion", txn[1])
+            .save(path)
+        )
 
     def merge() -> None:
-        target = DeltaTable.forPath(spark, registry.ops["watermarks"].path).alias("t")
-        with delta_txn(spark, f"{app_id}:watermarks", batch_id):
+        target = DeltaTable.forPath(spark, path).alias("t")
+        with delta_txn(spark, *txn):
             (
                 target.merge(
-                    updates,
-                    (F.col("t.pipeline") == F.lit(registry.config.name))
+                    rows.alias("s"),
+                    (F.col("t.pipeline") == F.lit(name))
                     & (F.col("t.pipeline") == F.col("s.pipeline"))
                     & (F.col("t.source_partition") == F.col("s.source_partition")),
                 )
@@ -308,7 +299,7 @@ def merge_partition_clocks(
                 .execute()
             )
 
-    retry_on_conflict(merge, "ops.watermarks MERGE")
+    retry_on_conflict(merge if never_back else replace, "ops.watermarks write")
 
 
 def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: int, latest: int) -> set[str]:
@@ -317,11 +308,7 @@ def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: i
     if latest <= last_version:
         return set()
     later = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", last_version + 1)
-        .option("endingVersion", latest)
-        .load(registry.bronze.path)
+        change_feed(spark.read, registry.bronze.path, last_version + 1, latest)
         .select("source_partition")
         .distinct()
     )

@@ -10,7 +10,7 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.tables import TableRegistry
+from spark_jobs.tables import TableRegistry, change_feed
 from spark_jobs.transforms.windows import (
     is_marker,
     record_millis,
@@ -26,10 +26,7 @@ Summary = tuple[int, str, int | None, int | None, int, int]
 def read_bronze_changes(spark: SparkSession, registry: TableRegistry) -> DataFrame:
     """Bronze as a stream of inserts, each tagged with its bronze commit ``version``."""
     return (
-        spark.readStream.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", 0)
-        .load(registry.bronze.path)
+        change_feed(spark.readStream, registry.bronze.path)
         .where(F.col("_change_type") == "insert")
         .withColumnRenamed("_commit_version", "version")
         .drop("_change_type", "_commit_timestamp")

@@ -12,9 +12,9 @@ from spark_jobs.engine.clocks import (
     VersionClock,
     last_history_batch,
     load_clock,
-    merge_partition_clocks,
     utc_moment,
     write_history,
+    write_partition_clocks,
 )
 from spark_jobs.engine.window_store import fire_due
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
@@ -83,6 +83,8 @@ def advance_idle(
     )
     write_history(spark, registry, [clock], {}, app_id, now_ms)
     crash_point("idle:history")
-    merge_partition_clocks(spark, registry, tracker, last_version, app_id, now_ms, now)
+    write_partition_clocks(
+        spark, registry, tracker, last_version, (f"{app_id}:watermarks", now_ms), now, never_back=True
+    )
     crash_point("idle:clocks")
     return clock

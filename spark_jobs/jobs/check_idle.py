@@ -36,7 +36,7 @@ from spark_jobs.session import build_session
 from spark_jobs.sources import latest_source_report
 from spark_jobs.sources.kafka import KafkaBacklog, KafkaLatestOffsets, kafka_backlog
 from spark_jobs.sources.progress import DEFAULT_STALL_AFTER
-from spark_jobs.tables import TableRegistry, table_version
+from spark_jobs.tables import TableRegistry, change_feed, table_version
 
 STALLED_EXIT = 3
 
@@ -85,11 +85,7 @@ def unjudged_versions(spark: SparkSession, registry: TableRegistry) -> tuple[int
     if latest < first:
         return 0, None
     pending = (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", first)
-        .option("endingVersion", latest)
-        .load(registry.bronze.path)
+        change_feed(spark.read, registry.bronze.path, first, latest)
         .agg(F.count_distinct("_commit_version"), F.min("_commit_timestamp"))
         .first()
     )

@@ -32,7 +32,7 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.session import build_session
 from spark_jobs.sql import local_rows, null_safe_match
-from spark_jobs.tables import TableRegistry
+from spark_jobs.tables import TableRegistry, change_feed
 from spark_jobs.transforms.gold import grain_keys, rolled_up, rollup
 
 CHANGED_ROWS = ("insert", "update_postimage")
@@ -41,10 +41,7 @@ CHANGED_ROWS = ("insert", "update_postimage")
 def read_silver_changes(spark: SparkSession, registry: TableRegistry) -> DataFrame:
     """Silver's inserted rows and updated rows as they are after the update."""
     return (
-        spark.readStream.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", 0)
-        .load(registry.silver.path)
+        change_feed(spark.readStream, registry.silver.path)
         .where(F.col("_change_type").isin(*CHANGED_ROWS))
         .drop("_change_type", "_commit_version", "_commit_timestamp")
     )

@@ -50,7 +50,7 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.session import build_session
 from spark_jobs.sql import column_of, local_rows, null_safe_match, quote_identifier, string_literal
-from spark_jobs.tables import TableRef, TableRegistry, commits, table_version
+from spark_jobs.tables import TableRef, TableRegistry, change_feed, commits, table_version
 from spark_jobs.transforms.offline import detection_watermark, transitions
 from spark_jobs.transforms.windows import is_marker, record_millis
 
@@ -138,11 +138,7 @@ def version_tracks(spark: SparkSession, registry: TableRegistry, starts: dict[in
         return None
     clocks = local_rows(spark, list(starts.items()), "version long, watermark long")
     return (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", first)
-        .option("endingVersion", last)
-        .load(registry.bronze.path)
+        change_feed(spark.read, registry.bronze.path, first, last)
         .where(F.col("_change_type") == "insert")
         .withColumnRenamed("_commit_version", "version")
         .where(~is_marker(registry.config))
@@ -427,11 +423,7 @@ def handled_tracks(
     offline = registry.config.offline
     assert offline is not None
     return (
-        spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", 0)
-        .option("endingVersion", clock.version)
-        .load(registry.bronze.path)
+        change_feed(spark.read, registry.bronze.path, last=clock.version)
         .where((F.col("_change_type") == "insert") & ~is_marker(registry.config))
         .join(F.broadcast(keys), list(offline.key), "left_semi")
         .select(*offline.key, record_millis(registry.config).alias("ts_ms"))

@@ -35,8 +35,8 @@ from spark_jobs.engine.clocks import (
     backlog_beyond,
     clock_memory,
     plan_clocks,
-    replace_partition_clocks,
     write_history,
+    write_partition_clocks,
 )
 from spark_jobs.engine.judging import quarantine_rows, read_bronze_changes, timed_records, version_summary
 from spark_jobs.engine.watermark_steps import flush
@@ -138,7 +138,9 @@ class SilverBatchWriter(BatchWriter):
             }
             write_history(spark, registry, plan, per_version, self.app_id, batch_id)
             crash_point("silver:history")
-            replace_partition_clocks(spark, registry, tracker, last_version, self.app_id, batch_id, now)
+            write_partition_clocks(
+                spark, registry, tracker, last_version, (f"{self.app_id}:watermarks", batch_id), now
+            )
             crash_point("silver:clocks")
             self.clock.keep(SavedClock(tracker, last_version))
         finally:
