@@ -131,7 +131,13 @@ def merge_windows(
                 .execute()
             )
 
-    retry_on_conflict(merge, "silver MERGE")
+    # Read twice (the quiet windows' anti-join, the source) and once more by the MERGE's
+    # own materialization: computed once from the batch's records.
+    partials = partials.persist()
+    try:
+        retry_on_conflict(merge, "silver MERGE")
+    finally:
+        partials.unpersist()
 
 
 def fire_due(
