@@ -13,9 +13,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import GoldConfig, PipelineConfig
+from spark_jobs.eventtime.model import CLOSED, FIRED
 from spark_jobs.transforms.aggregates import measure_rollups
 
-ROLLED_UP_STATUSES = ("fired", "closed")
+ROLLED_UP_STATUSES = (FIRED, CLOSED)
 
 
 def _gold(config: PipelineConfig) -> GoldConfig:

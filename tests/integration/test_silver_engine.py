@@ -243,14 +243,15 @@ def test_a_micro_batch_never_reads_or_rewrites_the_closed_windows(spark, root):
 def test_a_silver_batch_replaces_its_own_pipelines_clocks_and_no_other_pipelines(spark, root):
     watermark = {"strategy": "bounded", "max_out_of_orderness": "0s"}
     first, second = (engine_config(TUMBLING, watermark) for _ in range(2))
-    replay_batches(spark, first, root, [[payload(0, BASE_MS + 1_000, "d1", 1.0, 1.0)]])
-    registry = replay_batches(
-        spark,
-        second,
-        root,
-        [[payload(0, BASE_MS + 2_000, "d1", 1.0, 1.0)], [payload(1, BASE_MS + 5_000, "d2", 1.0, 1.0)]],
-        silver_every_batch=True,
-    )
+    first_records = [payload(0, BASE_MS + 1_000, "d1", 1.0, 1.0)]
+    second_batches = [
+        [payload(0, BASE_MS + 2_000, "d1", 1.0, 1.0)],
+        [payload(1, BASE_MS + 5_000, "d2", 1.0, 1.0)],
+    ]
+    first_registry = replay_batches(spark, first, root, [first_records])
+    registry = replay_batches(spark, second, root, second_batches, silver_every_batch=True)
+    assert_reconciles(spark, first_registry, first_records)
+    assert_reconciles(spark, registry, [record for batch in second_batches for record in batch])
     clocks = spark.read.format("delta").load(registry.ops["watermarks"].path)
     rows = {
         (row.pipeline, row.source_partition): row.partition_watermark
