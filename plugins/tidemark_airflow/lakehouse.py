@@ -119,13 +119,24 @@ def _steps(root: str, pipeline: str, columns: list[str], first_batch: int | None
 
 
 def pipeline_watermark(root: str, pipeline: str) -> int | None:
-    """The pipeline's combined watermark: the highest ``ops.watermark_history``
-    step. Watermarks never go backwards, so it is at or after the last judged
-    version's step. None before its first batch."""
-    history = _steps(root, pipeline, ["watermark"], judged_version(root, pipeline))
-    if history is None:
+    """The pipeline's combined watermark: the highest committed
+    ``ops.watermark_history`` step. Watermarks never go backwards, so it is at or
+    after the last judged version's step. None before its first batch.
+
+    A silver batch's history rows may commit before its windows do, and always
+    before its partition clocks: rows beyond the judged version belong to a batch
+    still at work (or that died), and a sensor that believed them would read
+    windows not yet fired. The end of input (+inf) is final. This is the engine's
+    ``committed_steps`` rule."""
+    judged = judged_version(root, pipeline)
+    history = _steps(root, pipeline, ["batch_id", "watermark"], judged)
+    if history is None or history.num_rows == 0:
         return None
-    return pc.max(history.column("watermark")).as_py()
+    batch, watermark = history.column("batch_id"), history.column("watermark")
+    committed = pc.equal(watermark, MAX_WATERMARK)
+    if judged is not None:
+        committed = pc.or_(committed, pc.less_equal(batch, judged))
+    return pc.max(pc.filter(watermark, committed)).as_py()
 
 
 def _partition_order(name: str) -> tuple[bool, int, str]:

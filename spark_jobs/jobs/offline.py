@@ -487,31 +487,42 @@ def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame,
 def replace_events(
     spark: SparkSession, events_table: TableRef, key: Sequence[str], keys: DataFrame, fresh: DataFrame
 ) -> None:
-    """Make ``keys``' rows of the status events exactly ``fresh``: keep the rows
-    that stay, insert the new ones, delete the ones that no longer happen."""
+    """Make ``keys``' rows of the status events exactly ``fresh``, each event once:
+    an event that stays keeps the watermark and moment it was first detected at,
+    new ones are inserted, and the rest go, copies of an event included.
+
+    Not a MERGE: every copy of an event matches the one fresh row, so a MERGE keeps
+    them all. Copies arise when a detector batch read ``last`` rows that a stale
+    re-derivation had just rewritten (its retry puts the state right, the batch's
+    append lands anyway); the detector then re-derives those keys here."""
     # SQL text, parsed once: a Column built per key costs a JVM call per operator
     # (16 s for 10,000 keys) and its depth overflows the JVM's stack.
     of_keys = " OR ".join(
-        "(" + " AND ".join(f"t.{quote_identifier(c)} <=> {sql_literal(row[c])}" for c in key) + ")"
+        "(" + " AND ".join(f"{quote_identifier(c)} <=> {sql_literal(row[c])}" for c in key) + ")"
         for row in keys.collect()
     )
-    same = (
-        null_safe_match(key)
-        & (F.col("t.status") == F.col("s.status"))
-        & (F.col("t.event_time") == F.col("s.event_time"))
-    )
+    if not of_keys:
+        return
+    event = [*key, "status", "event_time"]
+    first = F.min(F.struct("watermark", "detected_at")).alias("first")
 
-    def merge() -> None:
+    def replace() -> None:
+        current = spark.read.format("delta").load(events_table.path).where(of_keys)
+        detected = current.groupBy(*event).agg(first)
+        rows = fresh.alias("s").join(detected.alias("t"), null_safe_match(event), "left")
         (
-            DeltaTable.forPath(spark, events_table.path)
-            .alias("t")
-            .merge(fresh.alias("s"), same)
-            .whenNotMatchedInsertAll()
-            .whenNotMatchedBySourceDelete(condition=of_keys)
-            .execute()
+            rows.select(
+                *(column_of("s", c) for c in event),
+                F.coalesce(F.col("t.first.watermark"), F.col("s.watermark")).alias("watermark"),
+                F.coalesce(F.col("t.first.detected_at"), F.col("s.detected_at")).alias("detected_at"),
+            )
+            .write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", of_keys)
+            .save(events_table.path)
         )
 
-    retry_on_conflict(merge, "status events MERGE")
+    retry_on_conflict(replace, "status events replace")
 
 
 def sql_literal(value: object) -> str:

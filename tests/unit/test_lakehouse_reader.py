@@ -88,12 +88,15 @@ def root(spark, tmp_path_factory) -> str:
     append(
         spark,
         watermarks,
-        clock("telemetry", "0", 9_000, max_event_time=at(-50), last_data_at=at(30), is_aligned=True),
-        clock("telemetry", "1", MIN, is_aligned=True),
-        clock("telemetry", "2", 7_000, is_aligned=True),
-        clock("telemetry", "10", 4_000, is_idle=True, is_aligned=False),
+        clock(
+            "telemetry", "0", 9_000, max_event_time=at(-50), last_data_at=at(30), is_aligned=True, batch_id=2
+        ),
+        clock("telemetry", "1", MIN, is_aligned=True, batch_id=2),
+        clock("telemetry", "2", 7_000, is_aligned=True, batch_id=2),
+        clock("telemetry", "10", 4_000, is_idle=True, is_aligned=False, batch_id=2),
         clock("flushed", "0", 5_000, is_aligned=True),
         clock("long", "0", 2_000, is_aligned=True, batch_id=LONG_JUDGED),
+        clock("busy", "0", 4_000, is_aligned=True, batch_id=3),
     )
     for watermark in (9_500, 10_000):  # rewrites the partition's file: remove + add actions
         spark.sql(
@@ -117,6 +120,9 @@ def root(spark, tmp_path_factory) -> str:
         step("long", 5, 99_000, 5),
         step("long", LONG_JUDGED - 1, 1_000, 900),
         step("long", LONG_JUDGED, 2_000, 910),
+        # A batch at work: its history row committed, its windows and clocks not yet.
+        step("busy", 3, 4_000, 10),
+        step("busy", 4, 8_000, 20),
     )
     append(
         spark,
@@ -148,6 +154,11 @@ def test_the_pipeline_watermark_is_the_highest_history_step(root):
 @pytest.mark.spark
 def test_the_pipeline_watermark_is_read_from_the_last_judged_versions_step_on(root):
     assert lakehouse.pipeline_watermark(root, "long") == 2_000
+
+
+@pytest.mark.spark
+def test_the_pipeline_watermark_leaves_out_the_steps_of_a_batch_still_at_work(root):
+    assert lakehouse.pipeline_watermark(root, "busy") == 4_000
 
 
 @pytest.mark.spark
