@@ -511,7 +511,7 @@ def changed_by_others(
 ) -> bool:
     """Whether a commit in versions ``after`` + 1 to ``until`` of a Delta table changed
     the rows of one partition (``(column, value)``) or the table's metadata, without
-    a transaction of one of the app ids in ``own``. Read from the log on the driver
+    the transaction id or userMetadata label of one of the app ids in ``own``. Read from the log on the driver
     (no Spark job), so a writer that keeps what it last wrote in memory can tell
     whether it must read the table again. A log that no longer holds every one of
     those commits (cleaned up), or a table younger than ``after`` (made again),
@@ -524,7 +524,7 @@ def changed_by_others(
     try:
         for version_actions in _log_changes(spark, path, after + 1, until, fail_on_data_loss=True):
             actions = version_actions._2()
-            if _touches(actions, column, value) and not _carries_transaction(actions, own):
+            if _touches(actions, column, value) and not _written_by(actions, own):
                 return True
     except Py4JJavaError:  # a commit file is gone: the log cannot vouch for the memory
         return True
@@ -548,8 +548,16 @@ def _touches(actions: Any, column: str, value: str) -> bool:
     return False
 
 
-def _carries_transaction(actions: Any, app_ids: frozenset[str]) -> bool:
-    return any(kind == "SetTransaction" and action.appId() in app_ids for kind, action in _actions(actions))
+def _written_by(actions: Any, app_ids: frozenset[str]) -> bool:
+    """Whether a commit carries the transaction id, or the userMetadata label, of one of ``app_ids``."""
+    for kind, action in _actions(actions):
+        if kind == "SetTransaction" and action.appId() in app_ids:
+            return True
+        if kind == "CommitInfo":
+            label = action.userMetadata()
+            if label.isDefined() and label.get() in app_ids:
+                return True
+    return False
 
 
 def discard_unfinished_creation(spark: SparkSession, path: str) -> bool:

@@ -32,10 +32,10 @@ from spark_jobs.config import ConfigError
 from spark_jobs.engine.clocks import (
     ClockMemory,
     SavedClock,
+    append_batch_history,
     backlog_beyond,
     clock_memory,
     plan_clocks,
-    write_history,
     write_partition_clocks,
 )
 from spark_jobs.engine.judging import quarantine_rows, read_bronze_changes, timed_records, version_summary
@@ -87,7 +87,8 @@ class SilverBatchWriter(BatchWriter):
             if not summary:
                 return
             last_version = max(row[0] for row in summary)
-            own = frozenset({f"{self.app_id}:history", f"{self.app_id}:watermarks"})
+            history = f"{self.app_id}:history"
+            own = frozenset({history, f"{self.app_id}:watermarks"})
             saved = self.clock.recall(spark, registry, own)
             if saved.judged_version is not None and last_version <= saved.judged_version:
                 # A replay of a batch whose every write committed (the partition
@@ -136,7 +137,7 @@ class SilverBatchWriter(BatchWriter):
                 clock.version: (counts.get((clock.version, False), 0), counts.get((clock.version, True), 0))
                 for clock in plan
             }
-            write_history(spark, registry, plan, per_version, self.app_id, batch_id)
+            append_batch_history(spark, registry, plan, per_version, history, self.clock.follows_own_batch)
             crash_point("silver:history")
             write_partition_clocks(
                 spark, registry, tracker, last_version, (f"{self.app_id}:watermarks", batch_id), now

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from spark_jobs.engine.clocks import load_clock
+from spark_jobs.engine.clocks import VersionClock, append_batch_history, load_clock, write_history
 from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
 from spark_jobs.sql import local_rows
@@ -81,10 +81,12 @@ def clocks_table(spark, tmp_path) -> str:
     return path
 
 
-def append(spark, path: str, pipeline: str, app_id: str | None = None) -> None:
+def append(spark, path: str, pipeline: str, app_id: str | None = None, label: str | None = None) -> None:
     writer = local_rows(spark, [(pipeline, "1", 2)], CLOCKS).write.format("delta").mode("append")
     if app_id is not None:
         writer = writer.option("txnAppId", app_id).option("txnVersion", table_version(spark, path))
+    if label is not None:
+        writer = writer.option("userMetadata", label)
     writer.save(path)
 
 
@@ -93,6 +95,20 @@ def test_a_writers_own_commits_leave_its_memory_current(spark, tmp_path):
     seen = table_version(spark, path)
     append(spark, path, "p1", "silver-query:watermarks")
     assert not changed_by_others(spark, path, seen, table_version(spark, path), PIPELINE, OWN)
+
+
+def test_a_writers_own_labelled_commits_leave_its_memory_current(spark, tmp_path):
+    path = clocks_table(spark, tmp_path)
+    seen = table_version(spark, path)
+    append(spark, path, "p1", label="silver-query:watermarks")
+    assert not changed_by_others(spark, path, seen, table_version(spark, path), PIPELINE, OWN)
+
+
+def test_another_writers_labelled_commit_invalidates_the_memory(spark, tmp_path):
+    path = clocks_table(spark, tmp_path)
+    seen = table_version(spark, path)
+    append(spark, path, "p1", label="merge-run-7")
+    assert changed_by_others(spark, path, seen, table_version(spark, path), PIPELINE, OWN)
 
 
 def test_another_writers_commit_to_the_pipeline_invalidates_the_memory(spark, tmp_path):
@@ -169,3 +185,31 @@ def test_a_clock_whose_only_step_is_the_end_of_input_is_read_from_the_history(sp
     assert flush(spark, registry)
     # The history holds the step; the partition clocks table was never written.
     assert load_clock(spark, registry).tracker.watermark == MAX_WATERMARK
+
+
+def history_of(spark, registry) -> list[tuple]:
+    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
+    return sorted(tuple(row) for row in history.drop("processing_time").collect())
+
+
+def test_a_replayed_batch_appends_its_history_once_and_no_other_step_passes_for_it(spark, tmp_path):
+    registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
+    registry.create_missing(spark)
+    # The end of input recorded on version 5: a step of that version, but not the batch's.
+    write_history(
+        spark, registry, [VersionClock(5, 9_000, MIN_WATERMARK, MAX_WATERMARK, 0, 1)], {}, "flush", 5
+    )
+    plan = [VersionClock(4, 1_000, MIN_WATERMARK, 100, 1, 0), VersionClock(5, 2_000, 100, 200, 1, 0)]
+    counts = {4: (3, 0), 5: (1, 2)}
+
+    def batch(follows_own_batch: bool) -> None:
+        append_batch_history(spark, registry, plan, counts, "silver-query:history", follows_own_batch)
+
+    batch(follows_own_batch=False)  # a process's first batch: nothing of it recorded yet
+    batch(follows_own_batch=False)  # its replay after a crash: recorded, skipped
+    name = registry.config.name
+    assert history_of(spark, registry) == [
+        (name, 4, 100, 1, 0, 3, 0),
+        (name, 5, 200, 1, 0, 1, 2),
+        (name, 5, MAX_WATERMARK, 0, 1, 0, 0),
+    ]
