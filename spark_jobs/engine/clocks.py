@@ -51,6 +51,13 @@ class SavedClock:
     tracker: WatermarkTracker
     judged_version: int | None
     unfinished_step_ms: int | None = None
+    recorded_beyond: int | None = None
+
+    def may_hold_history_of(self, first_version: int) -> bool:
+        """Whether ``ops.watermark_history`` held, when this clock was read, rows of
+        version ``first_version`` or later: rows beyond the judged version are a
+        batch that died between its history and its clocks, or the end of input."""
+        return self.recorded_beyond is not None and self.recorded_beyond >= first_version
 
 
 def committed_steps(judged_version: int | None) -> F.Column:
@@ -85,23 +92,30 @@ def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
     judged = max((row.batch_id for row in rows), default=None)
     clocks_written = max((row.updated_ms for row in rows), default=None)
     history = spark.read.format("delta").load(watermark_history)
-    steps = history.where((F.col("pipeline") == pipeline) & committed_steps(judged))
+    steps = history.where(F.col("pipeline") == pipeline)
     if judged is not None:
         # Watermarks never go back, and the judged version's own step is committed:
         # the steps before it cannot hold the latest, and Delta skips their files.
         steps = steps.where(F.col("batch_id") >= F.lit(judged))
+    committed = committed_steps(judged)
     step_ms = F.unix_millis("processing_time")
     # An idleness step judges no records, and is not the end of input.
     unfinished = (
-        (step_ms > F.lit(clocks_written))
+        committed
+        & (step_ms > F.lit(clocks_written))
         & (F.col("on_time_count") + F.col("late_count") == 0)
         & (F.col("watermark") != F.lit(MAX_WATERMARK))
     )
-    latest, unfinished_ms = steps.agg(F.max("watermark"), F.max(F.when(unfinished, step_ms))).first()
+    beyond = F.col("batch_id") > F.lit(-1 if judged is None else judged)
+    latest, unfinished_ms, recorded_beyond = steps.agg(
+        F.max(F.when(committed, F.col("watermark"))),
+        F.max(F.when(unfinished, step_ms)),
+        F.max(F.when(beyond, F.col("batch_id"))),
+    ).first()
     tracker = WatermarkTracker(registry.config.watermark, MIN_WATERMARK if latest is None else latest)
     for row in rows:
         tracker.restore(PartitionSnapshot(*row[:-2]))
-    return SavedClock(tracker, judged, unfinished_ms)
+    return SavedClock(tracker, judged, unfinished_ms, recorded_beyond)
 
 
 class ClockMemory:
@@ -248,21 +262,23 @@ def append_batch_history(
     plan: Sequence[VersionClock],
     counts: dict[int, tuple[int, int]],
     label: str,
-    follows_own_batch: bool,
+    known_new: bool,
 ) -> None:
     """A silver batch's history rows, appended once however often the batch runs.
 
     Not through a Delta transaction id: checking one rebuilds the table's state from
-    its log on every append (three Spark jobs, 0.4 s of a 5 s batch). A batch that
-    follows a batch this stream committed in this process, with no other writer in
-    between (``follows_own_batch``), cannot have appended them before: a failed
-    attempt makes the stream read its clocks again. Otherwise (a process's first
-    batch, a replay) its rows are looked for: they are fully determined by the plan,
-    processing times included, which no other step shares. The commit carries
+    its log on every append (three Spark jobs, 0.4 s of a 5 s batch). ``known_new``
+    when they cannot be there: the batch follows a batch this stream committed in
+    this process with no other writer in between (a failed attempt makes the stream
+    read its clocks again), or the history held no rows beyond the judged version
+    when the clocks were read. Otherwise (a replay after a crash between the history
+    and the clocks, or an end of input recorded beyond) its rows are looked for:
+    they are fully determined by the plan, processing times included, which no
+    other step shares. The commit carries
     ``label`` as userMetadata, so the stream knows it for its own."""
     table = registry.ops["watermark_history"]
     rows = history_rows(registry, plan, counts)
-    if not follows_own_batch and history_recorded(spark, registry, rows):
+    if not known_new and history_recorded(spark, registry, rows):
         return
     local_rows(spark, rows, table.schema).write.format("delta").mode("append").option(
         "userMetadata", label

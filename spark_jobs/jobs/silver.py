@@ -137,7 +137,8 @@ class SilverBatchWriter(BatchWriter):
                 clock.version: (counts.get((clock.version, False), 0), counts.get((clock.version, True), 0))
                 for clock in plan
             }
-            append_batch_history(spark, registry, plan, per_version, history, self.clock.follows_own_batch)
+            known_new = self.clock.follows_own_batch or not saved.may_hold_history_of(plan[0].version)
+            append_batch_history(spark, registry, plan, per_version, history, known_new)
             crash_point("silver:history")
             write_partition_clocks(
                 spark, registry, tracker, last_version, (f"{self.app_id}:watermarks", batch_id), now

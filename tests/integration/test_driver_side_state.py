@@ -202,14 +202,25 @@ def test_a_replayed_batch_appends_its_history_once_and_no_other_step_passes_for_
     plan = [VersionClock(4, 1_000, MIN_WATERMARK, 100, 1, 0), VersionClock(5, 2_000, 100, 200, 1, 0)]
     counts = {4: (3, 0), 5: (1, 2)}
 
-    def batch(follows_own_batch: bool) -> None:
-        append_batch_history(spark, registry, plan, counts, "silver-query:history", follows_own_batch)
+    def batch() -> None:
+        append_batch_history(spark, registry, plan, counts, "silver-query:history", known_new=False)
 
-    batch(follows_own_batch=False)  # a process's first batch: nothing of it recorded yet
-    batch(follows_own_batch=False)  # its replay after a crash: recorded, skipped
+    batch()  # beside the end of input's row: nothing of it recorded yet
+    batch()  # its replay after a crash: recorded, skipped
     name = registry.config.name
     assert history_of(spark, registry) == [
         (name, 4, 100, 1, 0, 3, 0),
         (name, 5, 200, 1, 0, 1, 2),
         (name, 5, MAX_WATERMARK, 0, 1, 0, 0),
     ]
+
+
+def test_a_clock_read_after_a_batch_died_before_its_clocks_knows_its_history_may_be_there(spark, tmp_path):
+    registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
+    registry.create_missing(spark)
+    assert not load_clock(spark, registry).may_hold_history_of(0)
+    plan = [VersionClock(3, 1_000, MIN_WATERMARK, 100, 1, 0)]
+    append_batch_history(spark, registry, plan, {3: (2, 0)}, "silver-query:history", known_new=True)
+    saved = load_clock(spark, registry)  # no partition clocks: version 3 is not judged
+    assert saved.may_hold_history_of(3)
+    assert not saved.may_hold_history_of(4)
