@@ -274,8 +274,8 @@ def append_batch_history(
     when the clocks were read. Otherwise (a replay after a crash between the history
     and the clocks, or an end of input recorded beyond) its rows are looked for:
     they are fully determined by the plan, processing times included, which no
-    other step shares. The commit carries
-    ``label`` as userMetadata, so the stream knows it for its own."""
+    other step shares. The commit carries ``label`` as userMetadata, so the stream
+    knows it for its own."""
     table = registry.ops["watermark_history"]
     rows = history_rows(registry, plan, counts)
     if not known_new and history_recorded(spark, registry, rows):
