@@ -15,6 +15,7 @@ resolved once here, so nothing else joins paths.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -529,6 +530,58 @@ def changed_by_others(
     except Py4JJavaError:  # a commit file is gone: the log cannot vouch for the memory
         return True
     return False
+
+
+# The userMetadata entry naming the stream batch a commit lands: [app id, batch id].
+BATCH_LABEL = "tidemark_batch"
+# A stream's commits are stamped by its writer's clock and its birth by the file
+# system's; the log is read back this far past its birth.
+CLOCK_SKEW_MS = 3_600_000
+# Commits read from the log per request when looking back.
+LOOKBACK_CHUNK = 16
+
+
+def batch_metadata(app_id: str, batch_id: int, entries: dict[str, object]) -> str:
+    """A commit's userMetadata: ``entries`` and the label of batch ``batch_id`` of ``app_id``."""
+    return json.dumps({**entries, BATCH_LABEL: [app_id, batch_id]}, separators=(",", ":"))
+
+
+def batch_landed(spark: SparkSession, path: str, app_id: str, batch_id: int, born_ms: int) -> bool:
+    """Whether batch ``batch_id`` of the stream ``app_id`` (born at ``born_ms``) has
+    committed to the table, by a labelled commit (:func:`batch_metadata`) or a Delta
+    transaction id. Read from the log on the driver (no Spark job), from its latest
+    version back to the stream's newest commit there: a stream's batches commit in
+    order, so that commit is the batch or an earlier one. A stream that never
+    committed here is looked for back to commits older than itself."""
+    latest = table_version(spark, path)
+    for end in range(latest, -1, -LOOKBACK_CHUNK):
+        start = max(0, end - LOOKBACK_CHUNK + 1)
+        for version_actions in reversed(list(_log_changes(spark, path, start, end, fail_on_data_loss=False))):
+            found, timestamp_ms = _stream_batch(version_actions._2(), app_id)
+            if found is not None:
+                return found >= batch_id
+            if timestamp_ms is not None and timestamp_ms < born_ms - CLOCK_SKEW_MS:
+                return False
+    return False
+
+
+def _stream_batch(actions: Any, app_id: str) -> tuple[int | None, int | None]:
+    """(the batch of ``app_id`` a commit lands, or None; the commit's timestamp)."""
+    found, timestamp_ms = None, None
+    for kind, action in _actions(actions):
+        if kind == "SetTransaction" and action.appId() == app_id:
+            found = action.version()
+        if kind == "CommitInfo":
+            timestamp_ms = action.timestamp().getTime()
+            label = action.userMetadata()
+            if label.isDefined() and BATCH_LABEL in label.get():
+                try:
+                    writer, batch = json.loads(label.get())[BATCH_LABEL]
+                except (ValueError, TypeError, KeyError):
+                    continue
+                if writer == app_id:
+                    found = batch
+    return found, timestamp_ms
 
 
 def _actions(actions: Any) -> Iterator[tuple[str, Any]]:

@@ -1,8 +1,9 @@
 """Bronze: source -> parse -> assign timestamps -> bronze + ops.rejects.
 
 Exactly-once: the streaming checkpoint decides which input each micro-batch
-holds; both Delta writes carry (txnAppId = the query id, txnVersion = batch id),
-so a batch replayed after a crash is skipped by Delta where it already landed.
+holds. The bronze commit is labelled with (query id, batch id), so a batch
+replayed after a crash is skipped where it already landed; the rejects append
+carries them as a Delta transaction id (txnAppId, txnVersion).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from spark_jobs.session import build_session
 from spark_jobs.sources import read_source
 from spark_jobs.sources.kafka import KafkaLatestOffsets, kafka_progress
 from spark_jobs.sources.progress import SourceProgress
-from spark_jobs.tables import table_version
 from spark_jobs.transforms.parse import bronze_rows, parse_records, reject_rows
 
 
@@ -53,6 +53,8 @@ class BronzeBatchWriter(BatchWriter):
 
     def __init__(self, spark: SparkSession, context: JobContext, totals: RunTotals) -> None:
         super().__init__(spark, context, totals)
+        # True once a batch of this writer's stream completed: the next cannot be a replay.
+        self.follows_own_batch = False
         source = context.config.source
         self.latest_offsets = (
             KafkaLatestOffsets(source.bootstrap_servers, source.topic) if source.kind == "kafka" else None
@@ -70,26 +72,33 @@ class BronzeBatchWriter(BatchWriter):
             self.latest_offsets.close()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        try:
+            self.write_batch(batch, batch_id)
+        except BaseException:
+            self.follows_own_batch = False
+            raise
+        self.follows_own_batch = True
+
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         registry = self.context.registry
         now = datetime.now(UTC)
         report = self.source_report(batch_id)
         parsed = parse_records(batch, registry.config, now)
         valid = F.col("reason").isNull()
         observed, observation = counted(parsed, valid=valid, rejected=~valid)
-        before = table_version(self.spark, registry.bronze.path)
-        idempotent_append(
+        wrote = self.append_once(
             bronze_rows(observed, registry.bronze.schema.fieldNames()),
             registry.bronze,
-            self.app_id,
             batch_id,
-            report.to_metadata() if report.partitions else None,
+            self.follows_own_batch,
+            report.as_metadata(),
         )
         crash_point("bronze:bronze")
-        if table_version(self.spark, registry.bronze.path) > before:
+        if wrote:
             counts = observation.get
         else:
-            # Delta skipped the write (this batch landed before a crash), so the
-            # observed query never ran: count the batch for the run log instead.
+            # The batch landed before a crash, so the observed query never ran:
+            # count the batch for the run log instead.
             recounted, _ = counted(parsed, valid=valid, rejected=~valid)
             counts = recounted.agg(
                 F.count_if(valid).alias("valid"), F.count_if(~valid).alias("rejected")

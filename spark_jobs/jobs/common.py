@@ -35,7 +35,15 @@ from pyspark.sql.streaming import StreamingQuery
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline, parse_duration
 from spark_jobs.sources.progress import SourceProgress
 from spark_jobs.sql import local_rows
-from spark_jobs.tables import TableRef, TableRegistry, hadoop_file, join, read_text
+from spark_jobs.tables import (
+    TableRef,
+    TableRegistry,
+    batch_landed,
+    batch_metadata,
+    hadoop_file,
+    join,
+    read_text,
+)
 
 TRIGGERS = ("continuous", "available-now")
 CONFLICT_ATTEMPTS = 10
@@ -189,6 +197,27 @@ class BatchWriter:
     def app_id(self) -> str:
         self._app_id = self._app_id or stream_app_id(self.spark, self.context.checkpoint)
         return self._app_id
+
+    def append_once(
+        self, frame: DataFrame, table: TableRef, batch_id: int, known_new: bool, metadata: dict[str, object]
+    ) -> bool:
+        """Append ``frame`` to ``table`` unless this stream's batch ``batch_id`` already
+        landed there; True if it wrote. Not through a Delta transaction id: checking one
+        rebuilds the table's state from its log on every append (0.4 s). ``known_new``
+        when the batch cannot have landed: it follows a batch this writer completed,
+        and a failed batch stops the stream. Otherwise (a process's first batch, maybe
+        the replay of one that landed before a crash) the log is read back for the
+        batch's label, which the commit carries in its userMetadata with ``metadata``."""
+        if not known_new and batch_landed(self.spark, table.path, self.app_id, batch_id, self.born_ms()):
+            return False
+        label = batch_metadata(self.app_id, batch_id, metadata)
+        frame.write.format("delta").mode("append").option("userMetadata", label).save(table.path)
+        return True
+
+    def born_ms(self) -> int:
+        """When the stream's checkpoint (and with it its app id) was made."""
+        filesystem, metadata = hadoop_file(self.spark, self.context.checkpoint, "metadata")
+        return filesystem.getFileStatus(metadata).getModificationTime()
 
 
 @contextmanager

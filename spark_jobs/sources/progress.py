@@ -81,10 +81,11 @@ class SourceProgress:
         """Partitions with unread input, or possibly: backlog, never idle."""
         return {partition for partition, offsets in self.partitions.items() if offsets.may_lag}
 
-    def to_metadata(self) -> str:
-        return json.dumps(
-            {METADATA_KEY: {p: [o.end, o.latest] for p, o in self.partitions.items()}}, separators=(",", ":")
-        )
+    def as_metadata(self) -> dict[str, object]:
+        """The report as entries of a commit's userMetadata (a JSON object)."""
+        if not self.partitions:
+            return {}
+        return {METADATA_KEY: {p: [o.end, o.latest] for p, o in self.partitions.items()}}
 
     @classmethod
     def from_metadata(cls, text: str | None) -> SourceProgress | None:

@@ -1,6 +1,7 @@
 """What the jobs keep and build on the driver between Spark jobs: rows made in the
-JVM from driver-side values, and the log check that tells a writer whether the
-clock it keeps in memory is still the table's."""
+JVM from driver-side values, the log check that tells a writer whether the
+clock it keeps in memory is still the table's, and the one that tells a stream
+whether its batch already landed."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from spark_jobs.engine.clocks import VersionClock, append_batch_history, load_cl
 from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
 from spark_jobs.sql import local_rows
-from spark_jobs.tables import changed_by_others, table_version
+from spark_jobs.tables import CLOCK_SKEW_MS, batch_landed, batch_metadata, changed_by_others, table_version
 from tests.integration.conftest import registry_for, write_pipeline
 
 pytestmark = pytest.mark.spark
@@ -224,3 +225,56 @@ def test_a_clock_read_after_a_batch_died_before_its_clocks_knows_its_history_may
     saved = load_clock(spark, registry)  # no partition clocks: version 3 is not judged
     assert saved.may_hold_history_of(3)
     assert not saved.may_hold_history_of(4)
+
+
+def append_labelled(spark, path: str, app_id: str, batch_id: int) -> None:
+    label = batch_metadata(app_id, batch_id, {"other": 1})
+    rows = spark.createDataFrame([(app_id, batch_id)], "app string, batch long")
+    rows.write.format("delta").mode("append").option("userMetadata", label).save(path)
+
+
+def append_plain(spark, path: str) -> None:
+    spark.createDataFrame([("other", -1)], "app string, batch long").write.format("delta").mode(
+        "append"
+    ).save(path)
+
+
+def test_a_labelled_batch_is_found_landed_past_other_writers_commits(spark, tmp_path):
+    path = str(tmp_path / "t")
+    born = int(time.time() * 1000)
+    append_labelled(spark, path, "a", 4)
+    append_labelled(spark, path, "b", 9)
+    append_plain(spark, path)
+    assert batch_landed(spark, path, "a", 4, born)
+    assert not batch_landed(spark, path, "a", 5, born)
+    assert not batch_landed(spark, path, "c", 0, born)
+
+
+def test_the_look_back_ends_at_the_streams_newest_commit(spark, tmp_path):
+    path = str(tmp_path / "t")
+    born = int(time.time() * 1000)
+    append_labelled(spark, path, "a", 7)
+    append_labelled(spark, path, "a", 8)
+    # Batches commit in order: whatever lies behind batch 8's commit is older.
+    assert batch_landed(spark, path, "a", 7, born)
+    append_labelled(spark, path, "a", 3)
+    # The stream's newest commit ends the look-back, whatever lies behind it.
+    assert not batch_landed(spark, path, "a", 7, born)
+
+
+def test_a_batch_landed_with_a_delta_transaction_id_counts_as_landed(spark, tmp_path):
+    path = str(tmp_path / "t")
+    born = int(time.time() * 1000)
+    rows = spark.createDataFrame([("a", 2)], "app string, batch long")
+    rows.write.format("delta").mode("append").option("txnAppId", "a").option("txnVersion", 2).save(path)
+    assert batch_landed(spark, path, "a", 2, born)
+    assert not batch_landed(spark, path, "a", 3, born)
+
+
+def test_the_look_back_stops_at_commits_older_than_the_stream(spark, tmp_path):
+    path = str(tmp_path / "t")
+    append_labelled(spark, path, "a", 1)
+    append_plain(spark, path)
+    born_much_later = int(time.time() * 1000) + 2 * CLOCK_SKEW_MS
+    assert not batch_landed(spark, path, "a", 1, born_much_later)
+    assert batch_landed(spark, path, "a", 1, int(time.time() * 1000))
