@@ -53,8 +53,6 @@ class BronzeBatchWriter(BatchWriter):
 
     def __init__(self, spark: SparkSession, context: JobContext, totals: RunTotals) -> None:
         super().__init__(spark, context, totals)
-        # True once a batch of this writer's stream completed: the next cannot be a replay.
-        self.follows_own_batch = False
         source = context.config.source
         self.latest_offsets = (
             KafkaLatestOffsets(source.bootstrap_servers, source.topic) if source.kind == "kafka" else None
@@ -71,14 +69,6 @@ class BronzeBatchWriter(BatchWriter):
         if self.latest_offsets is not None:
             self.latest_offsets.close()
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        try:
-            self.write_batch(batch, batch_id)
-        except BaseException:
-            self.follows_own_batch = False
-            raise
-        self.follows_own_batch = True
-
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         registry = self.context.registry
         now = datetime.now(UTC)
@@ -90,7 +80,6 @@ class BronzeBatchWriter(BatchWriter):
             bronze_rows(observed, registry.bronze.schema.fieldNames()),
             registry.bronze,
             batch_id,
-            self.follows_own_batch,
             report.as_metadata(),
         )
         crash_point("bronze:bronze")

@@ -107,7 +107,7 @@ def refresh_gold(
 
 
 class GoldBatchWriter(BatchWriter):
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         registry = self.context.registry
         keys = changed_keys(rolled_up(batch), registry)
         refreshed = refresh_gold(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -40,7 +40,6 @@ from spark_jobs.jobs.common import (
     Stream,
     crash_point,
     exit_on_config_error,
-    idempotent_append,
     job_parser,
     retry_on_conflict,
     run_if_configured,
@@ -300,9 +299,11 @@ def advance_detector(
     steps: Steps,
     txn: tuple[str, int],
     now: datetime,
+    append_events: Callable[[DataFrame], object],
 ) -> int:
     """Buffer ``arrived`` tracks, handle everything the watermark passed, write the
-    status events and the new state; returns how many events were emitted.
+    status events (through ``append_events``, once per batch) and the new state
+    (idempotent under ``txn``); returns how many events were emitted.
 
     A late merge may re-derive keys while this runs. When its state commit came
     between this batch's read and its MERGE, the keys this batch handled were
@@ -310,7 +311,7 @@ def advance_detector(
     offline = registry.config.offline
     assert offline is not None
     key = offline.key
-    events_table, state_table, _ = offline_tables(registry)
+    _, state_table, _ = offline_tables(registry)
     watermark = steps.after.watermark
     buffer = state.rows.where(F.col("kind") == BUFFERED).select(*key, "ts_ms")
     due = buffer.unionByName(arrived).where(F.col("ts_ms") <= F.lit(watermark))
@@ -320,7 +321,7 @@ def advance_detector(
     try:
         emitted = rows.count()
         if emitted:
-            idempotent_append(rows, events_table, f"{txn[0]}:status_events", txn[1])
+            append_events(rows)
             crash_point("offline:events")
     finally:
         rows.unpersist()
@@ -333,7 +334,7 @@ def advance_detector(
 
 
 class OfflineBatchWriter(BatchWriter):
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         spark = self.spark
         registry = self.context.registry
         key = registry.config.offline.key if registry.config.offline else ()
@@ -365,7 +366,7 @@ class OfflineBatchWriter(BatchWriter):
                     late_count = counts.get(True, 0)
                     if late_count:
                         late = late_track_rows(judged.where("is_late"), registry, now)
-                        idempotent_append(late, late_table, f"{self.app_id}:late", batch_id)
+                        self.append_once(late, late_table, batch_id)
                         crash_point("offline:late")
                     self._advance(
                         state, judged.where(~F.col("is_late")).select(*key, "ts_ms"), steps, batch_id, now
@@ -381,8 +382,16 @@ class OfflineBatchWriter(BatchWriter):
     def _advance(
         self, state: StateRead, arrived: DataFrame, steps: Steps, batch_id: int, now: datetime
     ) -> None:
+        events_table, _, _ = offline_tables(self.context.registry)
         emitted = advance_detector(
-            self.spark, self.context.registry, state, arrived, steps, (self.app_id, batch_id), now
+            self.spark,
+            self.context.registry,
+            state,
+            arrived,
+            steps,
+            (self.app_id, batch_id),
+            now,
+            lambda rows: self.append_once(rows, events_table, batch_id),
         )
         self.totals.rows_out += emitted
 

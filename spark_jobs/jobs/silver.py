@@ -14,10 +14,11 @@ Per silver trigger:
    each, active and idle partitions;
 3. in Spark: assign windows, judge every (record, window) pair against its
    version's starting watermark, pre-aggregate on-time pairs per (window, key);
-4. writes, each idempotent under a replay of the same trigger (Delta txn app
-   id/version): quarantine append, silver MERGE (partials, revisions, firing
-   and closing), watermark history append, and ``ops.watermarks`` last, so a
-   crash anywhere before it replays from the same starting clocks.
+4. writes, each idempotent under a replay of the same trigger (a labelled
+   append, or Delta's txn app id/version): quarantine append, silver MERGE
+   (partials, revisions, firing and closing), watermark history append, and
+   ``ops.watermarks`` last, so a crash anywhere before it replays from the same
+   starting clocks.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from spark_jobs.jobs.common import (
     Stream,
     crash_point,
     exit_on_config_error,
-    idempotent_append,
     job_parser,
     run_stream,
     writer_stream,
@@ -70,7 +70,7 @@ class SilverBatchWriter(BatchWriter):
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
-            self.write_batch(batch, batch_id)
+            super().__call__(batch, batch_id)
         except BaseException:
             # The tracker may have moved past what committed.
             self.clock.forget()
@@ -94,8 +94,8 @@ class SilverBatchWriter(BatchWriter):
                 # A replay of a batch whose every write committed (the partition
                 # clocks come last) before Spark logged it. Judged again against the
                 # clocks it already moved, its records would look late and reach
-                # the quarantine, whose append is skipped by txn id only when the
-                # first run had late records to write.
+                # the quarantine, whose append is skipped by its label only when
+                # the first run had late records to write.
                 print(f"tidemark silver: batch {batch_id} was already judged; skipped", file=sys.stderr)
                 return
             tracker = saved.tracker
@@ -123,11 +123,8 @@ class SilverBatchWriter(BatchWriter):
             }
             late_total = sum(n for (_, is_late), n in counts.items() if is_late)
             if late_total:
-                idempotent_append(
-                    quarantine_rows(pairs.where("is_late"), registry, now),
-                    registry.quarantine,
-                    f"{self.app_id}:quarantine",
-                    batch_id,
+                self.append_once(
+                    quarantine_rows(pairs.where("is_late"), registry, now), registry.quarantine, batch_id
                 )
                 crash_point("silver:quarantine")
             on_time = pairs.where(~F.col("is_late"))
