@@ -14,9 +14,10 @@ watermark-only step: an idleness check, the end of input). Per trigger:
    carries the first watermark step that reached it, so the table is the same
    however the steps were grouped into triggers: live or backfill;
 4. writes: status events and late tracks (blind appends), then the state table
-   (one MERGE: ``last`` rows, buffer, clock). Each carries the Delta txn id (query
-   id, batch id), so a replayed batch is skipped and a crash between two writes
-   replays from the same state.
+   (one MERGE: ``last`` rows, buffer, clock). The appends are labelled with
+   (query id, batch id) and the MERGE carries them as a Delta txn id, so a
+   replayed batch is skipped and a crash between two writes replays from the
+   same state.
 """
 
 from __future__ import annotations
