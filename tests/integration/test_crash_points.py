@@ -56,7 +56,14 @@ SILVER_WRITES = ["silver:windows", "silver:history", "silver:clocks"]
 # records; bronze's, offline detection's, the idleness step's and the flush's.
 PLAN = {
     0: ["bronze:bronze", *SILVER_WRITES, "gold:gold", "offline:state"],
-    1: ["bronze:rejects", "silver:quarantine", *SILVER_WRITES, "offline:late", "offline:state"],
+    1: [
+        "bronze:rejects",
+        "silver:windows",
+        "silver:quarantine",
+        *SILVER_WRITES[1:],
+        "offline:late",
+        "offline:state",
+    ],
     "end": [
         "idle:fire",
         "idle:history",
@@ -249,3 +256,68 @@ def test_the_plans_crash_right_after_every_write_the_jobs_mark():
     }
     planned = {step for steps in PLAN.values() for step in steps}
     assert marked == planned
+
+
+# Three bronze versions one silver trigger judges together: the first opens window
+# [0 s, 10 s) on time, the second moves the watermark past it, the third's record
+# falls in it late. One micro-batch holds the window's on-time and late pairs.
+ONE_TRIGGER = [[at(3, 0), at(3, 1)], [at(25, 0), at(25, 1)], [at(2, 0)]]
+
+
+def late_merge_meanwhile(spark, tmp_path: Path, monkeypatch, crash_after: str | None) -> Counter:
+    """``ONE_TRIGGER`` through bronze and one silver trigger, crashed right after
+    ``crash_after`` (or not); a late merge, silver's restart, a late merge again.
+    Returns silver's rows, checked to reconcile."""
+    config = engine_config(TUMBLING_10S, {"strategy": "bounded", "max_out_of_orderness": "0s"})
+    registry = TableRegistry(config, str(tmp_path / config.name))
+    for records in ONE_TRIGGER:
+        land_files([[json.dumps(record) for record in records]], registry.landing_path, "json")
+        assert run_job_once(spark, registry, "bronze") == 0
+    silver_trigger = stream(spark, registry, "silver")
+    if crash_after is None:
+        silver_trigger()
+    else:
+        crashing(monkeypatch, crash_after)
+        with pytest.raises(InjectedCrash):
+            silver_trigger()
+        crashing(monkeypatch, None)
+        assert INJECTED_CRASHES[-1] == crash_after
+    merge_late.merge_late(spark, registry, merge_late.TimeRange())
+    silver_trigger()
+    merge_late.merge_late(spark, registry, merge_late.TimeRange())
+    windows = spark.read.format("delta").load(registry.silver.path)
+    rows = Counter(
+        tuple(row)
+        for row in windows.selectExpr(
+            "unix_millis(window_start)",
+            "device_id",
+            "record_count",
+            "revision",
+            "status",
+            "late_merged_count",
+        ).collect()
+    )
+    counted, late_merged = windows.selectExpr("sum(record_count)", "sum(late_merged_count)").first()
+    quarantined = spark.read.format("delta").load(registry.quarantine.path)
+    assert quarantined.where("status = 'merged'").count() == quarantined.count() == late_merged == 1
+    records = [record for batch in ONE_TRIGGER for record in batch]
+    assert counted - late_merged + quarantined.count() == window_pairs_of(config, records)
+    return rows
+
+
+@pytest.mark.parametrize("crash_after", [None, "silver:windows", "silver:quarantine", "silver:history"])
+def test_a_late_merge_between_a_crash_and_the_restart_merges_each_late_pair_into_its_one_window(
+    spark, tmp_path, monkeypatch, crash_after
+):
+    silver_rows = late_merge_meanwhile(spark, tmp_path, monkeypatch, crash_after)
+
+    # The watermark ends at 24,999 ms: [0 s, 10 s) fired and closed (no lateness), d0's
+    # holding its on-time record and, merged, its late one; [20 s, 30 s) still open.
+    assert silver_rows == Counter(
+        {
+            (BASE_MS, "d0", 2, 2, "closed", 1): 1,
+            (BASE_MS, "d1", 1, 1, "closed", 0): 1,
+            (BASE_MS + 20_000, "d0", 1, 0, "open", 0): 1,
+            (BASE_MS + 20_000, "d1", 1, 0, "open", 0): 1,
+        }
+    )
