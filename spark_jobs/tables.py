@@ -26,6 +26,7 @@ from typing import Any
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import (
     BooleanType,
@@ -126,6 +127,23 @@ def change_feed(
     if last is not None:
         reader = reader.option("endingVersion", last)
     return reader.load(path)
+
+
+AFTER_CHANGE = ("insert", "update_postimage")
+BEFORE_CHANGE = ("delete", "update_preimage")
+
+
+def changed_rows(changes: DataFrame) -> DataFrame:
+    """A change feed's rows as each commit left them, less those it rewrote
+    unchanged: an overwrite removes and re-adds every row of the files it replaces,
+    so a row it did not change appears deleted and inserted alike in that commit."""
+    after = changes.where(F.col("_change_type").isin(*AFTER_CHANGE))
+    before = changes.where(F.col("_change_type").isin(*BEFORE_CHANGE))
+    return (
+        after.drop("_change_type")
+        .exceptAll(before.drop("_change_type"))
+        .drop("_commit_version", "_commit_timestamp")
+    )
 
 
 def ops_tables(root: str | None = None) -> list[TableRef]:

@@ -11,21 +11,27 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.config import PipelineConfig
 from spark_jobs.engine.clocks import VersionClock
 from spark_jobs.jobs.common import (
     delta_txn,
     retry_on_conflict,
+    session_settings,
+    txn_settings,
 )
 from spark_jobs.sql import column_of, null_safe_match
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
 from spark_jobs.transforms.windows import (
     in_play,
+    in_play_sql,
     is_cleaned,
     is_fired,
     revision_columns,
     window_status,
 )
+
+REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
 
 
 def firing_update(
@@ -34,14 +40,15 @@ def firing_update(
     """For silver rows that received nothing: (condition, assignments) that fire the
     windows ``watermark`` has passed (revision 0 -> 1) and close the ones past their
     allowed lateness. Rows already fired and not yet due to close are left alone.
-    ``target`` qualifies the columns (a MERGE's target alias)."""
+    ``target`` qualifies the columns (a join's side)."""
 
     def column(name: str) -> F.Column:
         return F.col(name) if target is None else column_of(target, name)
 
     end_ms = F.unix_millis(column("window_end"))
     fires = is_fired(end_ms, watermark) & (column("revision") == 0)
-    condition = in_play(column("status")) & (fires | is_cleaned(end_ms, watermark, lateness_ms))
+    status = "status" if target is None else f"{target}.status"
+    condition = in_play(status) & (fires | is_cleaned(end_ms, watermark, lateness_ms))
     revision = F.greatest(column("revision"), F.lit(1))
     return condition, {
         "revision": revision,
@@ -49,14 +56,67 @@ def firing_update(
     }
 
 
-def due_windows(spark: SparkSession, registry: TableRegistry, watermark: int) -> DataFrame:
-    """The keys of the silver windows ``watermark`` fires or closes."""
-    due, _ = firing_update(watermark, registry.config.allowed_lateness_ms)
-    windows = spark.read.format("delta").load(registry.silver.path)
-    return windows.where(due).select("window_start", "window_end", *registry.config.key)
+def windows_in_play(spark: SparkSession, registry: TableRegistry) -> DataFrame:
+    """The silver windows a micro-batch may change: the open and fired partitions."""
+    return spark.read.format("delta").load(registry.silver.path).where(in_play())
 
 
-def merge_windows(
+def updated_windows(
+    in_play_windows: DataFrame,
+    partials: DataFrame,
+    config: PipelineConfig,
+    plan: Sequence[VersionClock],
+    now: datetime,
+) -> DataFrame:
+    """The windows in play after a micro-batch: ``partials`` (per window and key,
+    from :func:`window_partials`) merged into their windows or inserted as new ones,
+    revisions moved, and every window the final watermark passed fired or closed.
+    Windows nothing changed keep their ``updated_at``."""
+    lateness = config.allowed_lateness_ms
+    watermark = plan[-1].watermark_after
+    partials = partials.select(
+        "*",
+        F.timestamp_millis("window_start_ms").alias("window_start"),
+        F.timestamp_millis("window_end_ms").alias("window_end"),
+        *revision_columns([clock.version for clock in plan], [clock.watermark_after for clock in plan]),
+    )
+    window_key = ("window_start", "window_end", *config.key)
+    joined = in_play_windows.alias("t").join(partials.alias("s"), null_safe_match(window_key), "full_outer")
+    existed = F.col("t.status").isNotNull()
+    received = F.col("s.record_count").isNotNull()
+    due, fired = firing_update(watermark, lateness, target="t")
+    merged_revision = F.when(F.col("t.revision") >= 1, F.col("t.revision") + F.col("s.refires")).otherwise(
+        F.col("s.revision_if_open")
+    )
+    revision = (
+        F.when(existed & received, merged_revision)
+        .when(existed & due, fired["revision"])
+        .when(existed, F.col("t.revision"))
+        .otherwise(F.col("s.revision_if_new"))
+    )
+    end_ms = F.unix_millis(F.coalesce(F.col("t.window_end"), F.col("s.window_end")))
+    merged = merged_measures(config)
+    finished = finished_measures(config)
+    values = {
+        # Null-safe equal on the key: either side's value is the window's.
+        **{column: F.coalesce(column_of("t", column), column_of("s", column)) for column in window_key},
+        **{
+            column: F.when(existed & received, merged[column])
+            .when(existed, column_of("t", column))
+            .otherwise(finished[column])
+            for column in merged
+        },
+        "revision": revision,
+        "status": window_status(revision, end_ms, watermark, lateness),
+        "late_merged_count": F.coalesce(F.col("t.late_merged_count"), F.lit(0).cast("long")),
+        "updated_at": F.when(received | ~existed | due, F.lit(now).cast("timestamp")).otherwise(
+            F.col("t.updated_at")
+        ),
+    }
+    return joined.select(*(values[name].alias(name) for name in in_play_windows.columns))
+
+
+def write_windows(
     spark: SparkSession,
     registry: TableRegistry,
     partials: DataFrame,
@@ -65,79 +125,27 @@ def merge_windows(
     batch_id: int,
     now: datetime,
 ) -> None:
-    """One MERGE: add partials (insert or merge), move revisions, fire windows the
-    watermark has passed and close the ones past their allowed lateness.
+    """Replace the windows in play with what this micro-batch makes of them
+    (:func:`updated_windows`), in one Delta overwrite of the open and fired
+    partitions; windows it closes land in the closed partition beside them.
 
-    The windows that fire or close without receiving records join the MERGE's
-    source, flagged ``fires_only``, rather than being found by a ``WHEN NOT MATCHED
-    BY SOURCE`` clause, which would make Delta read the whole table on every batch.
-    The target side is limited to the windows in play, whose partitions are all
-    Delta reads (DESIGN §4b)."""
-    config = registry.config
-    lateness = config.allowed_lateness_ms
-    key = config.key
-    window_key = ("window_start", "window_end", *key)
-    final_watermark = plan[-1].watermark_after
-    moment = F.lit(now).cast("timestamp")
-    partials = partials.select(
-        "*",
-        F.timestamp_millis("window_start_ms").alias("window_start"),
-        F.timestamp_millis("window_end_ms").alias("window_end"),
-        *revision_columns([clock.version for clock in plan], [clock.watermark_after for clock in plan]),
-        F.lit(False).alias("fires_only"),
-    )
-    source_end = F.unix_millis(F.col("s.window_end"))
-    matched_revision = F.when(F.col("t.revision") >= 1, F.col("t.revision") + F.col("s.refires")).otherwise(
-        F.col("s.revision_if_open")
-    )
-    _, fired = firing_update(final_watermark, lateness, target="t")
-    # A partial never matches a closed window: its records would have been late.
-    condition = null_safe_match(window_key) & in_play(F.col("t.status"))
-    merged = merged_measures(config)
-    finished = finished_measures(config)
+    One read of the windows in play and one write: a MERGE would pay a separate
+    pass over both sides to find the files it touches, and rewrite those files
+    anyway (the windows in play are a file or two). Closed windows are neither read
+    nor rewritten (DESIGN §4b). Idempotent under (query id, batch id)."""
 
-    def merge() -> None:
-        quiet = due_windows(spark, registry, final_watermark).alias("d")
-        quiet = quiet.join(partials.alias("p"), null_safe_match(window_key, "d", "p"), "left_anti")
-        source = partials.unionByName(quiet.withColumn("fires_only", F.lit(True)), allowMissingColumns=True)
-        target = DeltaTable.forPath(spark, registry.silver.path).alias("t")
-        with delta_txn(spark, f"{app_id}:silver", batch_id):
-            (
-                target.merge(source.alias("s"), condition)
-                .whenMatchedUpdate(condition=F.col("s.fires_only"), set={**fired, "updated_at": moment})
-                .whenMatchedUpdate(
-                    set={
-                        **merged,
-                        "revision": matched_revision,
-                        "status": window_status(matched_revision, source_end, final_watermark, lateness),
-                        "updated_at": moment,
-                    }
-                )
-                .whenNotMatchedInsert(
-                    condition=~F.col("s.fires_only"),
-                    values={
-                        "window_start": F.col("s.window_start"),
-                        "window_end": F.col("s.window_end"),
-                        **{column: column_of("s", column) for column in key},
-                        **finished,
-                        "revision": F.col("s.revision_if_new"),
-                        "status": window_status(
-                            F.col("s.revision_if_new"), source_end, final_watermark, lateness
-                        ),
-                        "late_merged_count": F.lit(0).cast("long"),
-                        "updated_at": moment,
-                    },
-                )
-                .execute()
+    def overwrite() -> None:
+        # Built per attempt: a retry after a conflict reads the windows afresh.
+        rows = updated_windows(windows_in_play(spark, registry), partials, registry.config, plan, now)
+        # The rows a batch closes leave the replaced partitions: Delta's check that
+        # every written row matches replaceWhere would refuse them.
+        settings = {**txn_settings(f"{app_id}:silver", batch_id), REPLACE_WHERE_CHECK: "false"}
+        with session_settings(spark, settings):
+            rows.write.format("delta").mode("overwrite").option("replaceWhere", in_play_sql()).save(
+                registry.silver.path
             )
 
-    # Read twice (the quiet windows' anti-join, the source) and once more by the MERGE's
-    # own materialization: computed once from the batch's records.
-    partials = partials.persist()
-    try:
-        retry_on_conflict(merge, "silver MERGE")
-    finally:
-        partials.unpersist()
+    retry_on_conflict(overwrite, "silver windows write")
 
 
 def fire_due(

@@ -1,7 +1,9 @@
 """Gold: silver changes -> the rollup, for the (grain, group) keys that changed.
 
-Reads silver's change feed. Per micro-batch, the keys whose fired or closed
-windows changed (a window fired, closed, or got a new revision) are recomputed
+Reads silver's change feed and keeps the rows a commit changed (silver's
+overwrite rewrites the windows in play, changed or not). Per micro-batch, the keys
+whose fired or closed windows changed (a window fired, closed, or got a new
+revision) are recomputed
 from the silver table and MERGEd into gold, with (txnAppId = query id,
 txnVersion = batch id) so a replayed batch is a no-op. The late-merge job
 refreshes gold through :func:`refresh_gold` as well.
@@ -32,19 +34,14 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.session import build_session
 from spark_jobs.sql import local_rows, null_safe_match
-from spark_jobs.tables import TableRegistry, change_feed
+from spark_jobs.tables import TableRegistry, change_feed, changed_rows
 from spark_jobs.transforms.gold import grain_keys, rolled_up, rollup
-
-CHANGED_ROWS = ("insert", "update_postimage")
 
 
 def read_silver_changes(spark: SparkSession, registry: TableRegistry) -> DataFrame:
-    """Silver's inserted rows and updated rows as they are after the update."""
-    return (
-        change_feed(spark.readStream, registry.silver.path)
-        .where(F.col("_change_type").isin(*CHANGED_ROWS))
-        .drop("_change_type", "_commit_version", "_commit_timestamp")
-    )
+    """Silver's change feed, every change type: a micro-batch keeps the rows that
+    changed (:func:`changed_rows`)."""
+    return change_feed(spark.readStream, registry.silver.path)
 
 
 def changed_keys(silver_rows: DataFrame, registry: TableRegistry) -> list[Row]:
@@ -109,7 +106,7 @@ def refresh_gold(
 class GoldBatchWriter(BatchWriter):
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         registry = self.context.registry
-        keys = changed_keys(rolled_up(batch), registry)
+        keys = changed_keys(rolled_up(changed_rows(batch)), registry)
         refreshed = refresh_gold(
             self.spark, registry, keys, datetime.now(UTC), (f"{self.app_id}:gold", batch_id)
         )

@@ -15,8 +15,8 @@ Per silver trigger:
 3. in Spark: assign windows, judge every (record, window) pair against its
    version's starting watermark, pre-aggregate on-time pairs per (window, key);
 4. writes, each idempotent under a replay of the same trigger (a labelled
-   append, or Delta's txn app id/version): silver MERGE (partials, revisions,
-   firing and closing), quarantine append (after the windows its late pairs fall
+   append, or Delta's txn app id/version): silver windows overwrite (partials,
+   revisions, firing and closing), quarantine append (after the windows its late pairs fall
    in, so the late merge never sees a late pair before its window's on-time ones),
    watermark history append, and ``ops.watermarks`` last, so a crash anywhere
    before it replays from the same starting clocks.
@@ -42,7 +42,7 @@ from spark_jobs.engine.clocks import (
 )
 from spark_jobs.engine.judging import quarantine_rows, read_bronze_changes, timed_records, version_summary
 from spark_jobs.engine.watermark_steps import flush
-from spark_jobs.engine.window_store import merge_windows
+from spark_jobs.engine.window_store import write_windows
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
@@ -124,12 +124,12 @@ class SilverBatchWriter(BatchWriter):
             }
             late_total = sum(n for (_, is_late), n in counts.items() if is_late)
             on_time = pairs.where(~F.col("is_late"))
-            merge_windows(spark, registry, window_partials(on_time, config), plan, self.app_id, batch_id, now)
+            write_windows(spark, registry, window_partials(on_time, config), plan, self.app_id, batch_id, now)
             crash_point("silver:windows")
             if late_total:
                 # After the windows: a late merge between a crash and the replay would
                 # otherwise create, closed, a window whose on-time pairs this batch
-                # has yet to merge, and the replay's MERGE (open windows only) would
+                # has yet to write, and the replay (which reads the windows in play only) would
                 # insert it a second time.
                 self.append_once(
                     quarantine_rows(pairs.where("is_late"), registry, now), registry.quarantine, batch_id

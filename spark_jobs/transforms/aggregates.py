@@ -6,7 +6,7 @@ mergeable (avg keeps its sum and count, approx_distinct an HLL sketch), the
 partial aggregate of a window's records, the rule that merges two partials of the
 same (window, key), the value of a new partial, the gold rollup over windows, and
 the reference model's plain-Python value. Nulls are ignored as in Spark's
-aggregates: the sum, min, max or avg of nothing is null. Silver's MERGE (new
+aggregates: the sum, min, max or avg of nothing is null. Silver's windows write (new
 records) and the late-merge job (quarantined records) both use
 :func:`merged_measures`. A new aggregate is one entry in :data:`AGGREGATES`.
 

@@ -45,11 +45,17 @@ def window_status(
     )
 
 
-def in_play(status: Column) -> Column:
+def in_play_sql(status: str = "status") -> str:
     """A window a micro-batch may still change: not closed. Silver is partitioned
     by status, so Delta reads and rewrites only the open and fired windows (DESIGN
-    §4b); closed ones change only in the late merge."""
-    return status != F.lit(CLOSED)
+    §4b); closed ones change only in the late merge. SQL, for Delta's replaceWhere;
+    ``status`` names the column."""
+    return f"{status} != '{CLOSED}'"
+
+
+def in_play(status: str = "status") -> Column:
+    """:func:`in_play_sql` as a Column."""
+    return F.expr(in_play_sql(status))
 
 
 def record_millis(config: PipelineConfig) -> Column:

@@ -231,7 +231,7 @@ def test_a_micro_batch_never_reads_or_rewrites_the_closed_windows(spark, root):
     records = [payload(0, BASE_MS + minute * 60_000 + 10_000, "d1", 50.0, 1.0) for minute in range(5)]
     config = engine_config(TUMBLING, {"strategy": "bounded", "max_out_of_orderness": "5s"}, "0s")
     registry = replay_batches(spark, config, root, [[record] for record in records], silver_every_batch=True)
-    added, removed = silver_file_actions(registry, "MERGE")
+    added, removed = silver_file_actions(registry, "WRITE")
     closed = [path for path in added if path.startswith("status=closed/")]
     assert len(closed) == 4  # the first four windows, closed one batch after another
     assert not [path for path in removed if path.startswith("status=closed/")]

@@ -85,7 +85,5 @@ def test_a_window_is_open_until_it_fires_then_fired_until_its_lateness_passes_th
 
 
 def test_only_open_and_fired_windows_are_in_play(spark):
-    in_play_statuses = evaluate(
-        spark, in_play(F.col("status")), [(OPEN,), (FIRED,), (CLOSED,)], "status string"
-    )
+    in_play_statuses = evaluate(spark, in_play(), [(OPEN,), (FIRED,), (CLOSED,)], "status string")
     assert in_play_statuses == [True, True, False]
