@@ -3,10 +3,9 @@
 Reads silver's change feed and keeps the rows a commit changed (silver's
 overwrite rewrites the windows in play, changed or not). Per micro-batch, the keys
 whose fired or closed windows changed (a window fired, closed, or got a new
-revision) are recomputed
-from the silver table and MERGEd into gold, with (txnAppId = query id,
-txnVersion = batch id) so a replayed batch is a no-op. The late-merge job
-refreshes gold through :func:`refresh_gold` as well.
+revision) are recomputed from the silver table and MERGEd into gold, with
+(txnAppId = query id, txnVersion = batch id) so a replayed batch is a no-op. The
+late-merge job refreshes gold through :func:`refresh_gold` as well.
 """
 
 from __future__ import annotations
