@@ -89,21 +89,26 @@ def crashing(monkeypatch, step: str | None):
         monkeypatch.setenv(CRASH_BY_VARIABLE, "raise")
 
 
+def crash_once(monkeypatch, step: str, action) -> None:
+    """``action`` run until it crashes right after ``step``, and only there."""
+    crashing(monkeypatch, step)
+    crashes = len(INJECTED_CRASHES)
+    try:
+        action()
+    except InjectedCrash:
+        pass  # the step functions raise it; a stream's failed run is raised as one too
+    else:
+        raise AssertionError(f"the scenario never reached the crash point {step}")
+    finally:
+        crashing(monkeypatch, None)
+    assert INJECTED_CRASHES[crashes:] == [step], f"the run failed otherwise than by a crash at {step}"
+
+
 def run_crashing(monkeypatch, steps: list[str], action) -> None:
     """``action`` crashed right after each of ``steps`` in turn, each time run again
     as a restarted job would be, then once without a crash."""
     for step in steps:
-        crashing(monkeypatch, step)
-        crashes = len(INJECTED_CRASHES)
-        try:
-            action()
-        except InjectedCrash:
-            pass  # the step functions raise it; a stream's failed run is raised as one too
-        else:
-            raise AssertionError(f"the scenario never reached the crash point {step}")
-        finally:
-            crashing(monkeypatch, None)
-        assert INJECTED_CRASHES[crashes:] == [step], f"the run failed otherwise than by a crash at {step}"
+        crash_once(monkeypatch, step, action)
     action()
 
 
@@ -277,11 +282,7 @@ def late_merge_meanwhile(spark, tmp_path: Path, monkeypatch, crash_after: str | 
     if crash_after is None:
         silver_trigger()
     else:
-        crashing(monkeypatch, crash_after)
-        with pytest.raises(InjectedCrash):
-            silver_trigger()
-        crashing(monkeypatch, None)
-        assert INJECTED_CRASHES[-1] == crash_after
+        crash_once(monkeypatch, crash_after, silver_trigger)
     merge_late.merge_late(spark, registry, merge_late.TimeRange())
     silver_trigger()
     merge_late.merge_late(spark, registry, merge_late.TimeRange())
