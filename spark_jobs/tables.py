@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 from pyspark.sql.types import (
+    ArrayType,
     BooleanType,
     DataType,
     DateType,
@@ -104,6 +105,22 @@ class TableRef:
     @property
     def sql_name(self) -> str:
         return f"{self.layer}.{self.name}"
+
+
+# One partition's clock in ``ops.watermark_history.partition_clocks``; times in epoch ms.
+# Nullable throughout: Delta refuses NOT NULL inside an array.
+PARTITION_CLOCKS_TYPE = ArrayType(
+    StructType(
+        [
+            StructField("source_partition", StringType()),
+            StructField("max_event_ms", LongType()),
+            StructField("partition_watermark", LongType()),
+            StructField("last_data_ms", LongType()),
+            StructField("is_idle", BooleanType()),
+            StructField("is_aligned", BooleanType()),
+        ]
+    )
+)
 
 
 def _fields(*columns: tuple[str, DataType] | tuple[str, DataType, bool]) -> list[StructField]:
@@ -182,6 +199,8 @@ def ops_tables(root: str | None = None) -> list[TableRef]:
             ("on_time_count", long, False),
             ("late_count", long, False),
             ("processing_time", ts, False),
+            # On a step's last row: the partition clocks after it (eventtime.clock_log).
+            ("partition_clocks", PARTITION_CLOCKS_TYPE),
         ),
         "runs": _fields(
             ("run_id", string, False),

@@ -26,6 +26,8 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from spark_jobs.eventtime.clock_log import ClockState, clock_state, snapshot_version
+
 MIN_WATERMARK = -(2**63)
 MAX_WATERMARK = 2**63 - 1
 
@@ -99,19 +101,46 @@ def _of_pipeline(pipeline: str) -> str:
     return f"pipeline = {_sql_string(pipeline)}"
 
 
+def _millis(moment: datetime | None) -> int | None:
+    return None if moment is None else round(moment.timestamp() * 1000)
+
+
+def _moment(millis: int | None) -> datetime | None:
+    return None if millis is None else datetime.fromtimestamp(millis / 1000, UTC)
+
+
+def _clock(root: str, pipeline: str) -> tuple[ClockState, dict[str, dict[str, Any]]]:
+    """The pipeline clock by the engine's rule (``spark_jobs.eventtime.clock_log``): the
+    ``ops.watermarks`` snapshot and the ``ops.watermark_history`` steps from its
+    version on (delta-rs skips the files of older steps by their statistics, so a page
+    load or a sensor's poke does not read the whole history). Also the snapshot's rows
+    by partition."""
+    clocks = _read(root, "ops", "watermarks", [*CLOCK_COLUMNS, "batch_id"], _of_pipeline(pipeline))
+    snapshot = [] if clocks is None else clocks.to_pylist()
+    for row in snapshot:
+        row["max_event_ms"], row["last_data_ms"] = (
+            _millis(row["max_event_time"]),
+            _millis(row["last_data_at"]),
+        )
+    history = _open(root, "ops", "watermark_history")
+    with_clocks = history is not None and "partition_clocks" in history.schema().to_arrow().names
+    columns = ["batch_id", "watermark", "processing_time", *(["partition_clocks"] if with_clocks else [])]
+    steps = _steps(root, pipeline, columns, snapshot_version(snapshot))
+    rows = [] if steps is None else steps.to_pylist()
+    for row in rows:
+        row["processing_ms"] = _millis(row["processing_time"])
+        row.setdefault("partition_clocks", None)
+    return clock_state(snapshot, rows), {row["source_partition"]: row for row in snapshot}
+
+
 def judged_version(root: str, pipeline: str) -> int | None:
-    """The last bronze version silver judged (``ops.watermarks``' batch id: one
-    row per source partition), or None before its first batch."""
-    clocks = _read(root, "ops", "watermarks", ["batch_id"], _of_pipeline(pipeline))
-    if clocks is None or clocks.num_rows == 0:
-        return None
-    return pc.max(clocks.column("batch_id")).as_py()
+    """The last bronze version silver judged, or None before its first batch."""
+    return _clock(root, pipeline)[0].judged_version
 
 
 def _steps(root: str, pipeline: str, columns: list[str], first_batch: int | None) -> pa.Table | None:
     """The pipeline's ``ops.watermark_history`` steps from batch ``first_batch`` on
-    (all when None): delta-rs skips the files of older steps by their statistics,
-    so a page load or a sensor's poke does not read the whole history."""
+    (all when None): delta-rs skips the files of older steps by their statistics."""
     where = _of_pipeline(pipeline)
     if first_batch is not None:
         where += f" AND batch_id >= {first_batch:d}"
@@ -119,24 +148,10 @@ def _steps(root: str, pipeline: str, columns: list[str], first_batch: int | None
 
 
 def pipeline_watermark(root: str, pipeline: str) -> int | None:
-    """The pipeline's combined watermark: the highest committed
-    ``ops.watermark_history`` step. Watermarks never go backwards, so it is at or
-    after the last judged version's step. None before its first batch.
-
-    A silver batch's history rows may commit before its windows do, and always
-    before its partition clocks: rows beyond the judged version belong to a batch
-    still at work (or that died), and a sensor that believed them would read
-    windows not yet fired. The end of input (+inf) is final. This is the engine's
-    ``committed_steps`` rule."""
-    judged = judged_version(root, pipeline)
-    history = _steps(root, pipeline, ["batch_id", "watermark"], judged)
-    if history is None or history.num_rows == 0:
-        return None
-    batch, watermark = history.column("batch_id"), history.column("watermark")
-    committed = pc.equal(watermark, MAX_WATERMARK)
-    if judged is not None:
-        committed = pc.or_(committed, pc.less_equal(batch, judged))
-    return pc.max(pc.filter(watermark, committed)).as_py()
+    """The pipeline's combined watermark, or None before its first step. Steps of a
+    batch still at work are not part of it (a sensor that believed them would read
+    windows not yet fired); the end of input (+inf) is final."""
+    return _clock(root, pipeline)[0].watermark
 
 
 def _partition_order(name: str) -> tuple[bool, int, str]:
@@ -145,21 +160,30 @@ def _partition_order(name: str) -> tuple[bool, int, str]:
 
 
 def partition_clocks(root: str, pipeline: str) -> list[dict[str, Any]]:
-    """One row per source partition from ``ops.watermarks`` (its watermark,
-    newest event time, idle and aligned flags, last data and update times), in
-    partition order, each with ``lag_ms`` = pipeline watermark - partition
-    watermark when both are finite (else None): 0 for the partition that holds
-    the pipeline's watermark, negative for active ones ahead of it, positive for
-    idle or catching-up ones behind it."""
-    clocks = _read(root, "ops", "watermarks", CLOCK_COLUMNS, _of_pipeline(pipeline))
-    if clocks is None:
-        return []
-    combined = pipeline_watermark(root, pipeline)
-    rows = sorted(clocks.to_pylist(), key=lambda row: _partition_order(row["source_partition"]))
-    for row in rows:
-        own = row["partition_watermark"]
-        row["lag_ms"] = combined - own if is_finite(combined) and is_finite(own) else None
-    return rows
+    """One row per source partition (its watermark, newest event time, idle and
+    aligned flags, last data and update times), in partition order, each with
+    ``lag_ms`` = pipeline watermark - partition watermark when both are finite (else
+    None): 0 for the partition that holds the pipeline's watermark, negative for
+    active ones ahead of it, positive for idle or catching-up ones behind it."""
+    state, snapshot = _clock(root, pipeline)
+    rows = []
+    for clock in state.partitions:
+        held = snapshot.get(str(clock.partition))
+        updated = _moment(state.recorded_ms) if held is None or state.snapshot_stale else held["updated_at"]
+        own = clock.watermark
+        rows.append(
+            {
+                "source_partition": str(clock.partition),
+                "partition_watermark": own,
+                "max_event_time": _moment(clock.max_timestamp),
+                "is_idle": clock.is_idle,
+                "is_aligned": clock.is_aligned,
+                "last_data_at": _moment(clock.last_data_at),
+                "updated_at": updated,
+                "lag_ms": state.watermark - own if is_finite(state.watermark) and is_finite(own) else None,
+            }
+        )
+    return sorted(rows, key=lambda row: _partition_order(row["source_partition"]))
 
 
 def last_user_metadata(root: str, layer: str, name: str, lookback: int) -> str | None:

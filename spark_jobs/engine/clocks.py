@@ -1,7 +1,9 @@
 """The pipeline clock on the Spark side: planned on the driver through the shared
 :class:`WatermarkTracker`, persisted as ``ops.watermark_history`` (a row per
-watermark step) and ``ops.watermarks`` (a row per source partition), read back
-on start, and kept in memory between a stream's batches (DESIGN §4b)."""
+watermark step, the step's last carrying the partition clocks after it: one commit)
+with ``ops.watermarks`` as a snapshot of the clocks (a row per source partition),
+read back on start by :mod:`spark_jobs.eventtime.clock_log`'s rule, and kept in memory
+between a stream's batches (DESIGN §4b)."""
 
 from __future__ import annotations
 
@@ -14,16 +16,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.engine.judging import Summary
-from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
-from spark_jobs.eventtime.tracker import PartitionInput, PartitionSnapshot, WatermarkTracker
-from spark_jobs.jobs.common import (
-    delta_txn,
-    idempotent_append,
-    retry_on_conflict,
-)
+from spark_jobs.eventtime.clock import MIN_WATERMARK
+from spark_jobs.eventtime.clock_log import ClockState, clock_entry, clock_state, snapshot_version
+from spark_jobs.eventtime.tracker import PartitionInput, WatermarkTracker
+from spark_jobs.jobs.common import delta_txn, retry_on_conflict
 from spark_jobs.sources.progress import SourceProgress, known_partitions, lagging_partitions, partition_order
 from spark_jobs.sql import local_rows, string_literal
-from spark_jobs.tables import TableRegistry, change_feed, changed_by_others, never_written, table_version
+from spark_jobs.tables import (
+    PARTITION_CLOCKS_TYPE,
+    TableRegistry,
+    change_feed,
+    changed_by_others,
+    never_written,
+    table_version,
+)
 
 
 @dataclass(frozen=True)
@@ -40,89 +46,77 @@ class VersionClock:
 
 @dataclass(frozen=True)
 class SavedClock:
-    """The pipeline clock as the last committed silver batch left it, and the last
-    bronze version that batch judged (None before silver's first batch).
-
-    ``unfinished_step_ms`` is the moment of an idleness step whose history row
-    committed and whose partition clocks did not (the process died in between):
-    repeated at the same moment, its writes are skipped by their transaction ids and
-    its clocks land, so the step is neither lost nor recorded twice."""
+    """The pipeline clock as the last recorded step left it, and the last bronze
+    version silver judged (None before silver's first batch). ``snapshot_stale``:
+    ``ops.watermarks`` does not hold it yet; ``last_step_batch``: the largest batch id
+    of the steps read back (the end of input is recorded one beyond the judged version)."""
 
     tracker: WatermarkTracker
     judged_version: int | None
-    unfinished_step_ms: int | None = None
-    recorded_beyond: int | None = None
-
-    def may_hold_history_of(self, first_version: int) -> bool:
-        """Whether ``ops.watermark_history`` held, when this clock was read, rows of
-        version ``first_version`` or later: rows beyond the judged version are a
-        batch that died between its history and its clocks, or the end of input."""
-        return self.recorded_beyond is not None and self.recorded_beyond >= first_version
+    snapshot_stale: bool = False
+    last_step_batch: int | None = None
 
 
-def committed_steps(judged_version: int | None) -> F.Column:
-    """The ``ops.watermark_history`` rows of watermark steps whose partition clocks
-    committed. A silver batch appends its history rows before it merges its clocks,
-    so rows beyond the last judged version belong to a batch that died in between:
-    its replay must start from the watermark before them, or it would judge its own
-    records against its own watermark-after. The end of input (+inf) is final."""
-    judged = F.col("batch_id") <= F.lit(-1 if judged_version is None else judged_version)
-    return judged | (F.col("watermark") == F.lit(MAX_WATERMARK))
-
-
-def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
-    """The pipeline clock as the last committed silver batch (or watermark step) left it."""
+def read_clock_state(spark: SparkSession, registry: TableRegistry) -> ClockState:
+    """The pipeline clock from ``ops.watermarks`` (a snapshot) and the
+    ``ops.watermark_history`` steps from its version on (Delta skips the files of
+    older steps by their statistics), by the rule of :func:`clock_state`."""
     pipeline = registry.config.name
     watermarks, watermark_history = registry.ops["watermarks"].path, registry.ops["watermark_history"].path
     if never_written(spark, watermarks) and never_written(spark, watermark_history):
         # A new lakehouse: reading two empty tables would cost 2 s warm, 7 s in a new process.
-        return SavedClock(WatermarkTracker(registry.config.watermark, MIN_WATERMARK), None)
+        return clock_state([], [])
     clocks = spark.read.format("delta").load(watermarks)
-    saved = clocks.where(F.col("pipeline") == pipeline).select(
-        "source_partition",
-        F.unix_millis("max_event_time").alias("max_timestamp"),
-        "partition_watermark",
-        F.unix_millis("last_data_at").alias("last_data_at"),
-        "is_idle",
-        "is_aligned",
-        "batch_id",
-        F.unix_millis("updated_at").alias("updated_ms"),
-    )
-    rows = saved.collect()
-    judged = max((row.batch_id for row in rows), default=None)
-    clocks_written = max((row.updated_ms for row in rows), default=None)
+    snapshot = [
+        row.asDict()
+        for row in clocks.where(F.col("pipeline") == pipeline)
+        .select(
+            "source_partition",
+            F.unix_millis("max_event_time").alias("max_event_ms"),
+            "partition_watermark",
+            F.unix_millis("last_data_at").alias("last_data_ms"),
+            "is_idle",
+            "is_aligned",
+            "batch_id",
+        )
+        .collect()
+    ]
     history = spark.read.format("delta").load(watermark_history)
     steps = history.where(F.col("pipeline") == pipeline)
-    if judged is not None:
-        # Watermarks never go back, and the judged version's own step is committed:
-        # the steps before it cannot hold the latest, and Delta skips their files.
-        steps = steps.where(F.col("batch_id") >= F.lit(judged))
-    committed = committed_steps(judged)
-    step_ms = F.unix_millis("processing_time")
-    # An idleness step judges no records, and is not the end of input.
-    unfinished = (
-        committed
-        & (step_ms > F.lit(clocks_written))
-        & (F.col("on_time_count") + F.col("late_count") == 0)
-        & (F.col("watermark") != F.lit(MAX_WATERMARK))
+    held = snapshot_version(snapshot)
+    if held is not None:
+        steps = steps.where(F.col("batch_id") >= F.lit(held))
+    # Written before the clocks moved into the history: the column comes with the first new step.
+    partition_clocks = (
+        F.col("partition_clocks")
+        if "partition_clocks" in history.columns
+        else F.lit(None).cast(PARTITION_CLOCKS_TYPE)
     )
-    beyond = F.col("batch_id") > F.lit(-1 if judged is None else judged)
-    latest, unfinished_ms, recorded_beyond = steps.agg(
-        F.max(F.when(committed, F.col("watermark"))),
-        F.max(F.when(unfinished, step_ms)),
-        F.max(F.when(beyond, F.col("batch_id"))),
-    ).first()
-    tracker = WatermarkTracker(registry.config.watermark, MIN_WATERMARK if latest is None else latest)
-    for row in rows:
-        tracker.restore(PartitionSnapshot(*row[:-2]))
-    return SavedClock(tracker, judged, unfinished_ms, recorded_beyond)
+    found = steps.select(
+        "batch_id",
+        "watermark",
+        F.unix_millis("processing_time").alias("processing_ms"),
+        partition_clocks.alias("partition_clocks"),
+    ).collect()
+    return clock_state(snapshot, [row.asDict(recursive=True) for row in found])
+
+
+def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
+    """The pipeline clock as the last recorded step left it, ready to advance."""
+    state = read_clock_state(spark, registry)
+    tracker = WatermarkTracker(
+        registry.config.watermark, MIN_WATERMARK if state.watermark is None else state.watermark
+    )
+    for partition in state.partitions:
+        tracker.restore(partition)
+    return SavedClock(tracker, state.judged_version, state.snapshot_stale, state.last_step_batch)
 
 
 class ClockMemory:
     """The pipeline clock as a stream's last batch left it, kept on the driver
     between batches and between runs of the stream in one process (DESIGN §4b):
     reading it back costs two table reads (the second only of the steps from the
-    last judged version on). It is read again on the stream's first batch in a process, after a
+    snapshot's version on). It is read again on the stream's first batch in a process, after a
     batch that failed, and whenever another writer (an idleness check, a flush, a
     maintenance job) has committed to the pipeline's clocks since, which the
     tables' logs tell without a Spark job."""
@@ -130,9 +124,6 @@ class ClockMemory:
     def __init__(self) -> None:
         self.saved: SavedClock | None = None
         self.versions: dict[str, int] = {}
-        # True while the saved clock is the one this stream's last batch committed
-        # and kept, with no other writer since.
-        self.follows_own_batch = False
 
     def recall(self, spark: SparkSession, registry: TableRegistry, own: frozenset[str]) -> SavedClock:
         """The saved clock; ``own`` are the app ids of this stream's own clock writes."""
@@ -146,17 +137,14 @@ class ClockMemory:
         )
         if self.saved is None or any(changed):
             self.saved = load_clock(spark, registry)
-            self.follows_own_batch = False
         self.versions = current
         return self.saved
 
     def keep(self, saved: SavedClock) -> None:
         self.saved = saved
-        self.follows_own_batch = True
 
     def forget(self) -> None:
         self.saved = None
-        self.follows_own_batch = False
 
 
 # Per stream (its app id), lakehouse and watermark settings: a replay runs silver
@@ -224,9 +212,14 @@ def plan_clocks(
 
 
 def history_rows(
-    registry: TableRegistry, plan: Sequence[VersionClock], counts: dict[int, tuple[int, int]]
+    registry: TableRegistry,
+    plan: Sequence[VersionClock],
+    counts: dict[int, tuple[int, int]],
+    tracker: WatermarkTracker | None,
 ) -> list[tuple]:
-    """The ``ops.watermark_history`` rows of ``plan``'s watermark steps."""
+    """The ``ops.watermark_history`` rows of ``plan``'s watermark steps; the last one
+    carries ``tracker``'s partition clocks (the clocks after the step), if given."""
+    clocks = None if tracker is None else [clock_entry(snapshot) for snapshot in tracker.snapshots()]
     return [
         (
             registry.config.name,
@@ -237,23 +230,47 @@ def history_rows(
             counts.get(clock.version, (0, 0))[0],
             counts.get(clock.version, (0, 0))[1],
             utc_moment(clock.processing_ms),
+            clocks if index == len(plan) - 1 else None,
         )
-        for clock in plan
+        for index, clock in enumerate(plan)
     ]
+
+
+def append_history(
+    spark: SparkSession,
+    registry: TableRegistry,
+    rows: Sequence[tuple],
+    label: str,
+    txn: tuple[str, int] | None,
+) -> None:
+    """Append ``rows`` to ``ops.watermark_history``, labelled ``label`` (userMetadata),
+    once under ``txn`` (app id, version) if given. The schema merges: a history table
+    written before ``partition_clocks`` existed gains the column with its first step."""
+    table = registry.ops["watermark_history"]
+    writer = (
+        local_rows(spark, rows, table.schema)
+        .write.format("delta")
+        .mode("append")
+        .option("mergeSchema", "true")
+        .option("userMetadata", label)
+    )
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+    writer.save(table.path)
 
 
 def write_history(
     spark: SparkSession,
     registry: TableRegistry,
     plan: Sequence[VersionClock],
-    counts: dict[int, tuple[int, int]],
     app_id: str,
     batch_id: int,
+    tracker: WatermarkTracker | None = None,
 ) -> None:
-    """A watermark step's history rows, idempotent under (``app_id``, ``batch_id``)."""
-    table = registry.ops["watermark_history"]
-    rows = local_rows(spark, history_rows(registry, plan, counts), table.schema)
-    idempotent_append(rows, table, f"{app_id}:history", batch_id)
+    """A watermark step without records (idleness, end of input), with ``tracker``'s
+    partition clocks if given: once under (``app_id``, ``batch_id``)."""
+    label = f"{app_id}:history"
+    append_history(spark, registry, history_rows(registry, plan, {}, tracker), label, (label, batch_id))
 
 
 def append_batch_history(
@@ -261,41 +278,16 @@ def append_batch_history(
     registry: TableRegistry,
     plan: Sequence[VersionClock],
     counts: dict[int, tuple[int, int]],
+    tracker: WatermarkTracker,
     label: str,
-    known_new: bool,
 ) -> None:
-    """A silver batch's history rows, appended once however often the batch runs.
-
-    Not through a Delta transaction id: checking one rebuilds the table's state from
-    its log on every append (three Spark jobs, 0.4 s of a 5 s batch). ``known_new``
-    when they cannot be there: the batch follows a batch this stream committed in
-    this process with no other writer in between (a failed attempt makes the stream
-    read its clocks again), or the history held no rows beyond the judged version
-    when the clocks were read. Otherwise (a replay after a crash between the history
-    and the clocks, or an end of input recorded beyond) its rows are looked for:
-    they are fully determined by the plan, processing times included, which no
-    other step shares. The commit carries ``label`` as userMetadata, so the stream
-    knows it for its own."""
-    table = registry.ops["watermark_history"]
-    rows = history_rows(registry, plan, counts)
-    if not known_new and history_recorded(spark, registry, rows):
-        return
-    local_rows(spark, rows, table.schema).write.format("delta").mode("append").option(
-        "userMetadata", label
-    ).save(table.path)
-
-
-def history_recorded(spark: SparkSession, registry: TableRegistry, rows: Sequence[tuple]) -> bool:
-    """Whether ``ops.watermark_history`` holds every one of ``rows`` (a Delta append
-    commits all its rows or none)."""
-    versions = [row[1] for row in rows]
-    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
-    found = history.where(
-        (F.col("pipeline") == registry.config.name) & F.col("batch_id").between(min(versions), max(versions))
-    ).select(*(F.unix_millis(c) if c == "processing_time" else c for c in history.columns))
-    held = {tuple(row) for row in found.collect()}
-    wanted = {(*row[:-1], None if row[-1] is None else round(row[-1].timestamp() * 1000)) for row in rows}
-    return wanted <= held
+    """A silver batch's history rows with the partition clocks after it: the batch's
+    one clock commit. Not through a Delta transaction id (checking one rebuilds the
+    table's state from its log: three Spark jobs, 0.4 s of a 5 s batch), and it needs
+    none: a batch whose history committed is judged, and its replay is skipped by the
+    judged version before it writes anything. The commit carries ``label`` as
+    userMetadata, so the stream knows it for its own."""
+    append_history(spark, registry, history_rows(registry, plan, counts, tracker), label, None)
 
 
 def partition_clock_rows(
@@ -330,14 +322,15 @@ def write_partition_clocks(
     now: datetime,
     never_back: bool = False,
 ) -> None:
-    """The pipeline's rows of ``ops.watermarks`` (shared by every pipeline,
-    partitioned by pipeline), idempotent under ``txn`` (app id, version).
+    """The snapshot of the pipeline's clocks in ``ops.watermarks`` (shared by every
+    pipeline, partitioned by pipeline), idempotent under ``txn`` (app id, version).
+    Readers take the steps recorded since it too, so a snapshot behind them is
+    stale, never wrong.
 
-    A silver batch replaces the pipeline's rows: it judged later versions than any
-    clock written before it, and an overwrite of one partition costs less than a
-    MERGE (no join). An idleness step (``never_back``) merges row by row instead,
+    Silver replaces the pipeline's rows: an overwrite of one partition costs less than
+    a MERGE (no join). An idleness step (``never_back``) merges row by row instead,
     never over a newer row: planned before a silver batch committed, it must not
-    overwrite the clocks that batch moved on."""
+    put the snapshot behind the clocks that batch moved on."""
     rows = partition_clock_rows(spark, registry, tracker, last_version, now)
     if rows is None:
         return
@@ -385,12 +378,6 @@ def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: i
     return {row.source_partition for row in later.collect()}
 
 
-def last_history_batch(spark: SparkSession, registry: TableRegistry) -> int | None:
-    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
-    return history.where(F.col("pipeline") == registry.config.name).agg(F.max("batch_id")).first()[0]
-
-
 def judged_version(spark: SparkSession, registry: TableRegistry) -> int | None:
     """The last bronze version silver has judged (None before its first batch)."""
-    clocks = spark.read.format("delta").load(registry.ops["watermarks"].path)
-    return clocks.where(F.col("pipeline") == registry.config.name).agg(F.max("batch_id")).first()[0]
+    return read_clock_state(spark, registry).judged_version

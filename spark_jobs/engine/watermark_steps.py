@@ -10,7 +10,6 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.engine.clocks import (
     VersionClock,
-    last_history_batch,
     load_clock,
     utc_moment,
     write_history,
@@ -28,11 +27,11 @@ def flush(spark: SparkSession, registry: TableRegistry) -> bool:
     """End of input, like a bounded Flink source: the watermark moves to +inf, so
     every window fires and closes. Returns False when it had already ended."""
     registry.create_missing(spark)
-    tracker = load_clock(spark, registry).tracker
+    saved = load_clock(spark, registry)
+    tracker = saved.tracker
     if tracker.watermark == MAX_WATERMARK:
         return False
-    last = last_history_batch(spark, registry)
-    version = -1 if last is None else last
+    version = -1 if saved.last_step_batch is None else saved.last_step_batch
     state = tracker.flush()
     now = datetime.now(UTC)
     app_id = f"flush-{registry.config.name}"
@@ -42,7 +41,7 @@ def flush(spark: SparkSession, registry: TableRegistry) -> bool:
     clock = VersionClock(
         version + 1, now_ms, MIN_WATERMARK, MAX_WATERMARK, state.active_partitions, state.idle_partitions
     )
-    write_history(spark, registry, [clock], {}, app_id, version + 1)
+    write_history(spark, registry, [clock], app_id, version + 1)
     crash_point("flush:history")
     return True
 
@@ -56,7 +55,8 @@ def advance_idle(
     the watermark moves as the valve says, and the windows it passed fire, through
     the same tracker and firing update as a streaming batch. Recorded as a history
     step on the last judged version. Returns the step, or None if nothing moved
-    or the input has ended."""
+    or the input has ended. The snapshot in ``ops.watermarks`` is refreshed after the
+    step, or when it is found behind (a crash between a step and its refresh)."""
     saved = load_clock(spark, registry)
     last_version, tracker = saved.judged_version, saved.tracker
     if last_version is None:
@@ -65,26 +65,27 @@ def advance_idle(
     if before == MAX_WATERMARK:  # the input has ended (flushed): there is nothing left to step
         return None
     idle_before = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
-    # Whole milliseconds: the step's history row and its clocks carry the same moment.
-    now_ms = saved.unfinished_step_ms
-    if now_ms is None:
-        now_ms = int(now.timestamp() * 1000)
+    # Whole milliseconds: the step's moment is its history row's and its transaction version.
+    now_ms = int(now.timestamp() * 1000)
     now = utc_moment(now_ms)
     state = tracker.advance(now_ms, {}, backlog)
     idle_after = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
-    if state.watermark == before and idle_after == idle_before and saved.unfinished_step_ms is None:
-        return None
-    # Each check is its own step: its moment is its transaction version.
     app_id = f"idle-{registry.config.name}"
-    fire_due(spark, registry, state.watermark, (f"{app_id}:silver", now_ms), now)
-    crash_point("idle:fire")
-    clock = VersionClock(
-        last_version, now_ms, before, state.watermark, state.active_partitions, state.idle_partitions
-    )
-    write_history(spark, registry, [clock], {}, app_id, now_ms)
-    crash_point("idle:history")
-    write_partition_clocks(
-        spark, registry, tracker, last_version, (f"{app_id}:watermarks", now_ms), now, never_back=True
-    )
-    crash_point("idle:clocks")
+    moved = state.watermark != before or idle_after != idle_before
+    clock = None
+    if moved:
+        fire_due(spark, registry, state.watermark, (f"{app_id}:silver", now_ms), now)
+        crash_point("idle:fire")
+        clock = VersionClock(
+            last_version, now_ms, before, state.watermark, state.active_partitions, state.idle_partitions
+        )
+        # The step's one clock commit: its history row with the partition clocks after it.
+        write_history(spark, registry, [clock], app_id, now_ms, tracker)
+        crash_point("idle:history")
+    if moved or saved.snapshot_stale:
+        snapshot = tracker if moved else load_clock(spark, registry).tracker
+        write_partition_clocks(
+            spark, registry, snapshot, last_version, (f"{app_id}:watermarks", now_ms), now, never_back=True
+        )
+        crash_point("idle:clocks")
     return clock

@@ -27,7 +27,7 @@ from spark_jobs.jobs.common import (
     idempotent_append,
     job_parser,
     run_stream,
-    start_stream,
+    writer_stream,
 )
 from spark_jobs.session import build_session
 from spark_jobs.sources import read_source
@@ -127,16 +127,7 @@ def check_timezone(spark: SparkSession, config: PipelineConfig) -> None:
 def stream(spark: SparkSession, context: JobContext) -> Stream:
     """Bronze's query in this session, ready to start."""
     check_timezone(spark, context.registry.config)
-    context.registry.create_missing(spark)
-    totals = RunTotals()
-    writer = BronzeBatchWriter(spark, context, totals)
-    return Stream(
-        spark,
-        context,
-        lambda: start_stream(read_source(spark, context.registry), context, writer),
-        totals,
-        writer.close,
-    )
+    return writer_stream(spark, context, lambda: read_source(spark, context.registry), BronzeBatchWriter)
 
 
 def run(spark: SparkSession, context: JobContext) -> int:

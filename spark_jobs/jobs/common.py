@@ -211,6 +211,9 @@ class BatchWriter:
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """What the writer does once its query has stopped (after a failure too)."""
+
     def follows_completed(self, batch_id: int) -> bool:
         """Whether ``batch_id`` comes right after a batch this writer completed, with
         no failure since: it is new. A batch whose checkpoint entry failed after its
@@ -362,7 +365,7 @@ def writer_stream(
     context.registry.create_missing(spark)
     totals = RunTotals()
     writer = writer_type(spark, context, totals)
-    return Stream(spark, context, lambda: start_stream(source(), context, writer), totals)
+    return Stream(spark, context, lambda: start_stream(source(), context, writer), totals, writer.close)
 
 
 POLL_S = 0.5

@@ -18,13 +18,18 @@ Per silver trigger:
    append, or Delta's txn app id/version): silver windows overwrite (partials,
    revisions, firing and closing), quarantine append (after the windows its late pairs fall
    in, so the late merge never sees a late pair before its window's on-time ones),
-   watermark history append, and ``ops.watermarks`` last, so a crash anywhere
-   before it replays from the same starting clocks.
+   and last the watermark history append, whose last row carries the partition
+   clocks: the batch's one clock commit, so a crash anywhere before it replays from
+   the same starting clocks, and a replay after it is skipped.
+5. ``ops.watermarks``, a snapshot of the clocks, is refreshed off the hot path: every
+   ``SNAPSHOT_EVERY_S`` while the stream runs and when it stops.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
@@ -46,6 +51,7 @@ from spark_jobs.engine.window_store import write_windows
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
+    RunTotals,
     Stream,
     crash_point,
     exit_on_config_error,
@@ -63,11 +69,40 @@ from spark_jobs.transforms.windows import (
     window_partials,
 )
 
+# How often a running stream refreshes the ``ops.watermarks`` snapshot (each batch's
+# clocks are in its history commit already); a run also refreshes it when it ends.
+SNAPSHOT_EVERY_S = 30.0
+
 
 class SilverBatchWriter(BatchWriter):
+    def __init__(self, spark: SparkSession, context: JobContext, totals: RunTotals) -> None:
+        super().__init__(spark, context, totals)
+        self.snapshot_at = time.monotonic()
+        self.last_batch_id: int | None = None
+
     @property
     def clock(self) -> ClockMemory:
         return clock_memory(self.app_id, self.context.registry)
+
+    def write_snapshot(self) -> None:
+        """Bring ``ops.watermarks`` to the clocks this stream last committed."""
+        saved = self.clock.saved
+        if saved is None or not saved.snapshot_stale or self.last_batch_id is None:
+            return
+        write_partition_clocks(
+            self.spark,
+            self.context.registry,
+            saved.tracker,
+            saved.judged_version,
+            (f"{self.app_id}:watermarks", self.last_batch_id),
+            datetime.now(UTC),
+        )
+        crash_point("silver:clocks")
+        self.clock.keep(replace(saved, snapshot_stale=False))
+        self.snapshot_at = time.monotonic()
+
+    def close(self) -> None:
+        self.write_snapshot()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         try:
@@ -92,12 +127,13 @@ class SilverBatchWriter(BatchWriter):
             own = frozenset({history, f"{self.app_id}:watermarks"})
             saved = self.clock.recall(spark, registry, own)
             if saved.judged_version is not None and last_version <= saved.judged_version:
-                # A replay of a batch whose every write committed (the partition
-                # clocks come last) before Spark logged it. Judged again against the
+                # A replay of a batch whose history (its clock commit, the last of its
+                # writes) committed before Spark logged it. Judged again against the
                 # clocks it already moved, its records would look late and reach
                 # the quarantine, whose append is skipped by its label only when
                 # the first run had late records to write.
                 print(f"tidemark silver: batch {batch_id} was already judged; skipped", file=sys.stderr)
+                self.last_batch_id = batch_id
                 return
             tracker = saved.tracker
             latest = table_version(spark, registry.bronze.path)
@@ -139,14 +175,12 @@ class SilverBatchWriter(BatchWriter):
                 clock.version: (counts.get((clock.version, False), 0), counts.get((clock.version, True), 0))
                 for clock in plan
             }
-            known_new = self.clock.follows_own_batch or not saved.may_hold_history_of(plan[0].version)
-            append_batch_history(spark, registry, plan, per_version, history, known_new)
+            append_batch_history(spark, registry, plan, per_version, tracker, history)
             crash_point("silver:history")
-            write_partition_clocks(
-                spark, registry, tracker, last_version, (f"{self.app_id}:watermarks", batch_id), now
-            )
-            crash_point("silver:clocks")
-            self.clock.keep(SavedClock(tracker, last_version))
+            self.clock.keep(SavedClock(tracker, last_version, snapshot_stale=True))
+            self.last_batch_id = batch_id
+            if time.monotonic() - self.snapshot_at >= SNAPSHOT_EVERY_S:
+                self.write_snapshot()
         finally:
             records.unpersist()
         on_time_total = sum(on for on, _ in per_version.values())

@@ -24,6 +24,7 @@ import jwt
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from pyspark.sql.types import ArrayType, DataType, StructType
 from tidemark_airflow.lakehouse import MAX_WATERMARK, MIN_WATERMARK
 from tidemark_airflow.standalone import USER
 from websockets.sync.client import ClientConnection, connect
@@ -46,13 +47,20 @@ ARROW_TYPES = {
 }
 
 
+def arrow_type(data_type: DataType) -> pa.DataType:
+    if isinstance(data_type, ArrayType):
+        return pa.list_(arrow_type(data_type.elementType))
+    if isinstance(data_type, StructType):
+        return pa.struct(pa.field(f.name, arrow_type(f.dataType), f.nullable) for f in data_type.fields)
+    return ARROW_TYPES[data_type.simpleString()]
+
+
 def write(table: TableRef, rows: list[dict[str, Any]]) -> None:
     """Rows into the table's Delta location with the registry's schema. Written
     without Spark: the page only reads, and the reader's Spark compatibility is
     tested in tests/unit/test_lakehouse_reader.py."""
     schema = pa.schema(
-        pa.field(field.name, ARROW_TYPES[field.dataType.simpleString()], field.nullable)
-        for field in table.schema.fields
+        pa.field(field.name, arrow_type(field.dataType), field.nullable) for field in table.schema.fields
     )
     filled = [{name: row.get(name) for name in schema.names} for row in rows]
     write_deltalake(table.path, pa.Table.from_pylist(filled, schema), partition_by=list(table.partition_by))

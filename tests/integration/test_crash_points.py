@@ -204,6 +204,9 @@ def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
             "idle_partitions",
             "on_time_count",
             "late_count",
+            # The clocks a step carries, less their wall-clock moment of last data.
+            "to_json(transform(partition_clocks, c -> struct(c.source_partition, c.max_event_ms, "
+            "c.partition_watermark, c.is_idle, c.is_aligned)))",
             where=pipeline,
         ),
         "status_events": rows(

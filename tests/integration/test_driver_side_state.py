@@ -10,10 +10,12 @@ from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
+from pyspark.sql.types import StructType
 
-from spark_jobs.engine.clocks import VersionClock, append_batch_history, load_clock, write_history
+from spark_jobs.engine.clocks import VersionClock, append_batch_history, load_clock, write_partition_clocks
 from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
+from spark_jobs.eventtime.tracker import PartitionSnapshot, WatermarkTracker
 from spark_jobs.sql import local_rows
 from spark_jobs.tables import CLOCK_SKEW_MS, batch_landed, batch_metadata, changed_by_others, table_version
 from tests.integration.conftest import registry_for, write_pipeline
@@ -188,43 +190,73 @@ def test_a_clock_whose_only_step_is_the_end_of_input_is_read_from_the_history(sp
     assert load_clock(spark, registry).tracker.watermark == MAX_WATERMARK
 
 
-def history_of(spark, registry) -> list[tuple]:
+def tracker_with(registry, *clocks: PartitionSnapshot) -> WatermarkTracker:
+    tracker = WatermarkTracker(registry.config.watermark, min(clock.watermark for clock in clocks))
+    for clock in clocks:
+        tracker.restore(clock)
+    return tracker
+
+
+# A batch that judged versions 4 and 5 of bronze, and the clocks after it.
+PLAN = [VersionClock(4, 1_000, MIN_WATERMARK, 100, 1, 0), VersionClock(5, 2_000, 100, 200, 1, 0)]
+AFTER = PartitionSnapshot("0", 201, 200, 2_000, False, True)
+
+
+def history_clocks(spark, registry) -> list[tuple]:
     history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
-    return sorted(tuple(row) for row in history.drop("processing_time").collect())
-
-
-def test_a_replayed_batch_appends_its_history_once_and_no_other_step_passes_for_it(spark, tmp_path):
-    registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
-    registry.create_missing(spark)
-    # The end of input recorded on version 5: a step of that version, but not the batch's.
-    write_history(
-        spark, registry, [VersionClock(5, 9_000, MIN_WATERMARK, MAX_WATERMARK, 0, 1)], {}, "flush", 5
+    rows = history.select("batch_id", "watermark", "on_time_count", "late_count", "partition_clocks")
+    return sorted(
+        (*row[:-1], None if row[-1] is None else [tuple(c) for c in row[-1]]) for row in rows.collect()
     )
-    plan = [VersionClock(4, 1_000, MIN_WATERMARK, 100, 1, 0), VersionClock(5, 2_000, 100, 200, 1, 0)]
-    counts = {4: (3, 0), 5: (1, 2)}
-
-    def batch() -> None:
-        append_batch_history(spark, registry, plan, counts, "silver-query:history", known_new=False)
-
-    batch()  # beside the end of input's row: nothing of it recorded yet
-    batch()  # its replay after a crash: recorded, skipped
-    name = registry.config.name
-    assert history_of(spark, registry) == [
-        (name, 4, 100, 1, 0, 3, 0),
-        (name, 5, 200, 1, 0, 1, 2),
-        (name, 5, MAX_WATERMARK, 0, 1, 0, 0),
-    ]
 
 
-def test_a_clock_read_after_a_batch_died_before_its_clocks_knows_its_history_may_be_there(spark, tmp_path):
+def test_a_batchs_history_is_its_clock_commit_its_last_row_carrying_the_partition_clocks(spark, tmp_path):
     registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
     registry.create_missing(spark)
-    assert not load_clock(spark, registry).may_hold_history_of(0)
-    plan = [VersionClock(3, 1_000, MIN_WATERMARK, 100, 1, 0)]
-    append_batch_history(spark, registry, plan, {3: (2, 0)}, "silver-query:history", known_new=True)
-    saved = load_clock(spark, registry)  # no partition clocks: version 3 is not judged
-    assert saved.may_hold_history_of(3)
-    assert not saved.may_hold_history_of(4)
+    append_batch_history(
+        spark, registry, PLAN, {4: (3, 0), 5: (1, 2)}, tracker_with(registry, AFTER), "q:history"
+    )
+    assert history_clocks(spark, registry) == [
+        (4, 100, 3, 0, None),
+        (5, 200, 1, 2, [("0", 201, 200, 2_000, False, True)]),
+    ]
+    saved = load_clock(spark, registry)  # ops.watermarks was never written
+    assert saved.judged_version == 5
+    assert saved.tracker.watermark == 200
+    assert saved.tracker.snapshots() == [AFTER]
+    assert saved.snapshot_stale
+
+
+def test_the_clock_is_the_snapshot_brought_forward_by_the_steps_recorded_since_it(spark, tmp_path):
+    registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
+    registry.create_missing(spark)
+    before = PartitionSnapshot("0", 51, 50, 500, False, True)
+    now = datetime.now(UTC)
+    write_partition_clocks(spark, registry, tracker_with(registry, before), 3, ("q:watermarks", 0), now)
+    assert load_clock(spark, registry).tracker.snapshots() == [before]
+    append_batch_history(spark, registry, PLAN, {}, tracker_with(registry, AFTER), "q:history")
+    saved = load_clock(spark, registry)
+    assert (saved.judged_version, saved.tracker.snapshots(), saved.snapshot_stale) == (5, [AFTER], True)
+    write_partition_clocks(spark, registry, saved.tracker, 5, ("q:watermarks", 1), now)
+    assert load_clock(spark, registry).snapshot_stale is False
+
+
+def test_a_history_written_before_partition_clocks_existed_is_read_and_gains_the_column(spark, tmp_path):
+    registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
+    history = registry.ops["watermark_history"]
+    old_schema = StructType([field for field in history.schema.fields if field.name != "partition_clocks"])
+    name = registry.config.name
+    step = (name, 3, 50, 1, 0, 2, 0, datetime(2026, 1, 1, tzinfo=UTC))
+    spark.createDataFrame([step], old_schema).write.format("delta").save(history.path)
+    registry.create_missing(spark)  # every other table
+    before = PartitionSnapshot("0", 51, 50, 500, False, True)
+    write_partition_clocks(
+        spark, registry, tracker_with(registry, before), 3, ("q:watermarks", 0), datetime.now(UTC)
+    )
+    saved = load_clock(spark, registry)
+    assert (saved.judged_version, saved.tracker.watermark, saved.tracker.snapshots()) == (3, 50, [before])
+    append_batch_history(spark, registry, PLAN, {}, tracker_with(registry, AFTER), "q:history")
+    assert load_clock(spark, registry).tracker.snapshots() == [AFTER]
 
 
 def append_labelled(spark, path: str, app_id: str, batch_id: int) -> None:

@@ -14,7 +14,7 @@ from spark_jobs.engine import watermark_steps
 from spark_jobs.generator import FleetSpec, generate, land_files
 from spark_jobs.jobs.common import JobContext, RunTotals
 from spark_jobs.jobs.silver import SilverBatchWriter
-from spark_jobs.tables import TableRegistry, join
+from spark_jobs.tables import TableRegistry, join, table_version
 from tests.integration.engine import (
     BASE_MS,
     assert_reconciles,
@@ -213,6 +213,67 @@ def test_a_silver_stream_judges_its_next_batch_by_an_idleness_step_taken_between
     quarantined = spark.read.format("delta").load(registry.quarantine.path).collect()
     assert [(row.device_id, row.watermark) for row in quarantined] == [("a", BASE_MS + 5 * 60_000 - 1)]
     assert_reconciles(spark, registry, first + second)
+
+
+def bronze_version(spark, registry: TableRegistry, version: int):
+    """Bronze's inserts of one version, as silver's stream hands them to its writer."""
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", version)
+        .option("endingVersion", version)
+        .load(registry.bronze.path)
+    )
+    return changes.withColumnRenamed("_commit_version", "version").drop("_change_type", "_commit_timestamp")
+
+
+def test_a_silver_batch_commits_its_clocks_with_its_history_and_the_snapshot_waits_for_the_run_end(
+    spark, root
+):
+    config = engine_config(TUMBLING, {"strategy": "bounded", "max_out_of_orderness": "0s"})
+    registry = TableRegistry(config, str(root / config.name))
+    batches = [
+        [payload(partition, BASE_MS + minute * 60_000, "d1", 50.0, 1.0)]
+        for minute, partition in ((1, 0), (2, 1), (3, 0))
+    ]
+    registry.create_missing(spark)
+    checkpoint = root / config.name / "silver-checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text('{"id":"silver-writer"}')
+    writer = SilverBatchWriter(
+        spark, JobContext("silver", config, registry, "continuous", 1_000, str(checkpoint)), RunTotals()
+    )
+    clocks, history = registry.ops["watermarks"].path, registry.ops["watermark_history"].path
+    snapshot_commits = table_version(spark, clocks)
+    # A stream that keeps up: each bronze version (1-3) is silver's next batch.
+    for batch_id, records in enumerate(batches):
+        land_files([[json.dumps(record) for record in records]], registry.landing_path, "json")
+        run_jobs(spark, registry, "bronze")
+        writer(bronze_version(spark, registry, batch_id + 1), batch_id)
+        assert table_version(spark, clocks) == snapshot_commits, "a batch wrote the snapshot"
+    steps = spark.read.format("delta").load(history).orderBy("batch_id").collect()
+    assert [(step.batch_id, step.watermark) for step in steps] == [
+        (version, BASE_MS + minute * 60_000 - 1) for version, minute in ((1, 1), (2, 1), (3, 2))
+    ]
+    # Each step carries the clocks after it; partition 1 is known from its first record on.
+    assert [
+        [(c.source_partition, c.partition_watermark) for c in step.partition_clocks] for step in steps
+    ] == [
+        [("0", BASE_MS + 60_000 - 1)],
+        [("0", BASE_MS + 60_000 - 1), ("1", BASE_MS + 120_000 - 1)],
+        [("0", BASE_MS + 180_000 - 1), ("1", BASE_MS + 120_000 - 1)],
+    ]
+
+    writer.close()
+    assert table_version(spark, clocks) == snapshot_commits + 1
+    snapshot = spark.read.format("delta").load(clocks).where(F.col("pipeline") == config.name)
+    assert sorted(
+        (row.source_partition, row.partition_watermark, row.batch_id) for row in snapshot.collect()
+    ) == [
+        ("0", BASE_MS + 180_000 - 1, 3),
+        ("1", BASE_MS + 120_000 - 1, 3),
+    ]
+    assert_reconciles(spark, registry, [record for records in batches for record in records])
 
 
 def silver_file_actions(registry: TableRegistry, operation: str) -> tuple[list[str], list[str]]:

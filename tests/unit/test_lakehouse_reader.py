@@ -49,13 +49,20 @@ def clock(pipeline: str, partition: str, watermark: int, **values) -> dict:
     return {"pipeline": pipeline, "source_partition": partition, "partition_watermark": watermark, **values}
 
 
-def step(pipeline: str, batch_id: int, watermark: int, seconds: float) -> dict:
+def step(pipeline: str, batch_id: int, watermark: int, seconds: float, clocks: list | None = None) -> dict:
     return {
         "pipeline": pipeline,
         "batch_id": batch_id,
         "watermark": watermark,
         "processing_time": at(seconds),
+        "partition_clocks": clocks,
     }
+
+
+def recorded(partition: str, watermark: int, idle: bool = False) -> tuple:
+    """A partition's clock as a step records it: partition, newest event (ms),
+    watermark, last data (ms), idle, aligned."""
+    return (partition, watermark + 1, watermark, 1_000, idle, True)
 
 
 def run(
@@ -97,6 +104,7 @@ def root(spark, tmp_path_factory) -> str:
         clock("flushed", "0", 5_000, is_aligned=True),
         clock("long", "0", 2_000, is_aligned=True, batch_id=LONG_JUDGED),
         clock("busy", "0", 4_000, is_aligned=True, batch_id=3),
+        clock("moved", "0", 1_000, is_aligned=True, batch_id=4, updated_at=at(11)),
     )
     for watermark in (9_500, 10_000):  # rewrites the partition's file: remove + add actions
         spark.sql(
@@ -123,6 +131,11 @@ def root(spark, tmp_path_factory) -> str:
         # A batch at work: its history row committed, its windows and clocks not yet.
         step("busy", 3, 4_000, 10),
         step("busy", 4, 8_000, 20),
+        # Clocks recorded in the history after the snapshot (version 4) was written;
+        # the last is an idleness step planned on version 5 that committed after 6.
+        step("moved", 4, 1_000, 10, [recorded("0", 1_000)]),
+        step("moved", 6, 3_000, 20, [recorded("0", 3_000), recorded("1", 2_500, idle=True)]),
+        step("moved", 5, 2_000, 30, [recorded("0", 2_000, idle=True)]),
     )
     append(
         spark,
@@ -176,6 +189,19 @@ def test_partition_clocks_are_the_latest_rows_in_partition_order_with_their_lag(
     assert by_partition["0"]["last_data_at"] == at(30)
     assert by_partition["1"]["max_event_time"] is None
     assert set(clocks[0]) == {*lakehouse.CLOCK_COLUMNS, "lag_ms"}
+
+
+@pytest.mark.spark
+def test_clocks_recorded_after_the_snapshot_are_the_newest_steps_by_batch_then_moment(root):
+    assert lakehouse.judged_version(root, "moved") == 6
+    assert lakehouse.pipeline_watermark(root, "moved") == 3_000
+    clocks = lakehouse.partition_clocks(root, "moved")
+    assert [(c["source_partition"], c["partition_watermark"], c["is_idle"], c["lag_ms"]) for c in clocks] == [
+        ("0", 3_000, False, 0),
+        ("1", 2_500, True, 500),
+    ]
+    assert clocks[1]["max_event_time"] == datetime.fromtimestamp(2.501, UTC)
+    assert {c["updated_at"] for c in clocks} == {at(20)}
 
 
 @pytest.mark.spark
