@@ -2,8 +2,9 @@
 
 The reference model and the Spark silver job both advance the watermark through
 this class, once per micro-batch, from a per-partition summary of the batch
-(largest data timestamp, largest marker). The Spark job rebuilds it from
-``ops.watermarks`` before each batch; the model keeps it in memory.
+(largest data timestamp, largest marker). The Spark job keeps it on the driver
+between batches and records its partition clocks with every watermark step
+(:mod:`spark_jobs.eventtime.clock_log`); the model keeps it in memory.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class PartitionInput:
 
 @dataclass(frozen=True)
 class PartitionSnapshot:
-    """One partition's clock as stored in ``ops.watermarks``."""
+    """One partition's clock as recorded with a watermark step and in ``ops.watermarks``."""
 
     partition: Hashable
     max_timestamp: int | None

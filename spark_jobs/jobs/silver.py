@@ -9,8 +9,9 @@ on how often silver itself runs, nor on restarts.
 Per silver trigger:
 1. per (bronze version, source partition): largest timestamp, largest marker,
    processing time: a tiny table, collected to the driver;
-2. on the driver, the shared :class:`WatermarkTracker` (rebuilt from
-   ``ops.watermarks``) walks the versions in order: watermark before and after
+2. on the driver, the shared :class:`WatermarkTracker` (kept in memory between
+   batches, read back on start by :mod:`spark_jobs.eventtime.clock_log`'s rule) walks
+   the versions in order: watermark before and after
    each, active and idle partitions;
 3. in Spark: assign windows, judge every (record, window) pair against its
    version's starting watermark, pre-aggregate on-time pairs per (window, key);
