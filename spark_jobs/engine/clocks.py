@@ -49,12 +49,14 @@ class SavedClock:
     """The pipeline clock as the last recorded step left it, and the last bronze
     version silver judged (None before silver's first batch). ``snapshot_stale``:
     ``ops.watermarks`` does not hold it yet; ``last_step_batch``: the largest batch id
-    of the steps read back (the end of input is recorded one beyond the judged version)."""
+    of the steps read back (the end of input is recorded one beyond the judged version);
+    ``recorded_ms``: the processing time of the step the clocks come from."""
 
     tracker: WatermarkTracker
     judged_version: int | None
     snapshot_stale: bool = False
     last_step_batch: int | None = None
+    recorded_ms: int | None = None
 
 
 def read_clock_state(spark: SparkSession, registry: TableRegistry) -> ClockState:
@@ -109,7 +111,9 @@ def load_clock(spark: SparkSession, registry: TableRegistry) -> SavedClock:
     )
     for partition in state.partitions:
         tracker.restore(partition)
-    return SavedClock(tracker, state.judged_version, state.snapshot_stale, state.last_step_batch)
+    return SavedClock(
+        tracker, state.judged_version, state.snapshot_stale, state.last_step_batch, state.recorded_ms
+    )
 
 
 class ClockMemory:
@@ -329,8 +333,8 @@ def write_partition_clocks(
 
     Silver replaces the pipeline's rows: an overwrite of one partition costs less than
     a MERGE (no join). An idleness step (``never_back``) merges row by row instead,
-    never over a newer row: planned before a silver batch committed, it must not
-    put the snapshot behind the clocks that batch moved on."""
+    never over a row of a later judged version, so a step planned before a silver
+    batch committed leaves the snapshot no further behind than it was."""
     rows = partition_clock_rows(spark, registry, tracker, last_version, now)
     if rows is None:
         return

@@ -31,7 +31,8 @@ def flush(spark: SparkSession, registry: TableRegistry) -> bool:
     tracker = saved.tracker
     if tracker.watermark == MAX_WATERMARK:
         return False
-    version = -1 if saved.last_step_batch is None else saved.last_step_batch
+    recorded = [v for v in (saved.last_step_batch, saved.judged_version) if v is not None]
+    version = max(recorded, default=-1)
     state = tracker.flush()
     now = datetime.now(UTC)
     app_id = f"flush-{registry.config.name}"
@@ -66,7 +67,11 @@ def advance_idle(
         return None
     idle_before = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}
     # Whole milliseconds: the step's moment is its history row's and its transaction version.
+    # After the step it follows, whose moment is bronze's clock (maybe another host's):
+    # at the same judged version the later moment holds the clocks.
     now_ms = int(now.timestamp() * 1000)
+    if saved.recorded_ms is not None:
+        now_ms = max(now_ms, saved.recorded_ms + 1)
     now = utc_moment(now_ms)
     state = tracker.advance(now_ms, {}, backlog)
     idle_after = {snapshot.partition for snapshot in tracker.snapshots() if snapshot.is_idle}

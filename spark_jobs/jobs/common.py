@@ -388,23 +388,31 @@ def run_streams(streams: list[Stream]) -> int:
             query.stop()
 
     signal.signal(signal.SIGTERM, stop)
+    closing: dict[int, str] = {}
     try:
         queries.extend(stream.start() for stream in streams)
         failed = wait_for_streams(queries)
     finally:
         for query in queries:
             query.stop()  # a failure stops its siblings; after a success they have all ended
-        for stream in streams:
-            stream.close()
-    for stream, query, log in zip(streams, queries, logs, strict=True):
+        # Every stream closes, and an error raised while starting is the one that stands.
+        for index, stream in enumerate(streams):
+            try:
+                stream.close()
+            except Exception as error:
+                closing[index] = f"failed when closing: {error}"[:2000]
+                print(f"tidemark {stream.context.job}: {closing[index]}", file=sys.stderr)
+    for index, (stream, query, log) in enumerate(zip(streams, queries, logs, strict=True)):
         error = query.exception()
         if error is not None:
             log.ended("failed", stream.totals, str(error)[:2000])
+        elif index in closing:
+            log.ended("failed", stream.totals, closing[index])
         elif stopped or failed:
             log.ended("stopped", stream.totals, None if stopped else "stopped: a query beside it failed")
         else:
             log.ended("succeeded", stream.totals)
-    return 1 if failed else 0
+    return 1 if failed or closing else 0
 
 
 def wait_for_streams(queries: list[StreamingQuery]) -> bool:

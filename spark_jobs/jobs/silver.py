@@ -22,8 +22,8 @@ Per silver trigger:
    and last the watermark history append, whose last row carries the partition
    clocks: the batch's one clock commit, so a crash anywhere before it replays from
    the same starting clocks, and a replay after it is skipped.
-5. ``ops.watermarks``, a snapshot of the clocks, is refreshed off the hot path: every
-   ``SNAPSHOT_EVERY_S`` while the stream runs and when it stops.
+5. ``ops.watermarks``, a snapshot of the clocks, is refreshed off the hot path: after
+   a batch at least ``SNAPSHOT_EVERY_S`` after the last refresh, and when the run ends.
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ from spark_jobs.transforms.windows import (
     window_partials,
 )
 
-# How often a running stream refreshes the ``ops.watermarks`` snapshot (each batch's
-# clocks are in its history commit already); a run also refreshes it when it ends.
+# A running stream refreshes the ``ops.watermarks`` snapshot after the first batch this
+# long after its last refresh (each batch's clocks are in its history commit already);
+# a run also refreshes it when it ends.
 SNAPSHOT_EVERY_S = 30.0
 
 
@@ -87,8 +88,10 @@ class SilverBatchWriter(BatchWriter):
 
     def write_snapshot(self) -> None:
         """Bring ``ops.watermarks`` to the clocks this stream last committed."""
+        if self.last_batch_id is None:  # no batch in this run (maybe no checkpoint yet)
+            return
         saved = self.clock.saved
-        if saved is None or not saved.snapshot_stale or self.last_batch_id is None:
+        if saved is None or not saved.snapshot_stale:
             return
         write_partition_clocks(
             self.spark,

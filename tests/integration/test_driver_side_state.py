@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from pyspark.sql.types import StructType
 
+from spark_jobs.engine import watermark_steps
 from spark_jobs.engine.clocks import VersionClock, append_batch_history, load_clock, write_partition_clocks
 from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
@@ -257,6 +258,29 @@ def test_a_history_written_before_partition_clocks_existed_is_read_and_gains_the
     assert (saved.judged_version, saved.tracker.watermark, saved.tracker.snapshots()) == (3, 50, [before])
     append_batch_history(spark, registry, PLAN, {}, tracker_with(registry, AFTER), "q:history")
     assert load_clock(spark, registry).tracker.snapshots() == [AFTER]
+
+
+def test_an_idleness_step_holds_the_clocks_after_a_batch_stamped_by_a_clock_ahead_of_its_own(spark, tmp_path):
+    pipeline = write_pipeline(
+        tmp_path, watermark={"strategy": "bounded", "max_out_of_orderness": "0s", "idleness": "1ms"}
+    )
+    registry = registry_for(pipeline, tmp_path / "lakehouse")
+    registry.create_missing(spark)
+    now = datetime.now(UTC)
+    ahead_ms = int(now.timestamp() * 1000) + 3_600_000  # bronze's host an hour ahead of this one
+    batch = [VersionClock(5, ahead_ms, MIN_WATERMARK, 200, 2, 0)]
+    quiet = [
+        PartitionSnapshot("0", 201, 200, 1_000, False, True),
+        PartitionSnapshot("1", 301, 300, 1_000, False, True),
+    ]
+    append_batch_history(spark, registry, batch, {5: (2, 0)}, tracker_with(registry, *quiet), "q:history")
+
+    step = watermark_steps.advance_idle(spark, registry, now)
+    assert step is not None and step.watermark_after == 300  # both idle: the highest partition watermark
+    saved = load_clock(spark, registry)
+    assert saved.judged_version == 5
+    assert [clock.is_idle for clock in saved.tracker.snapshots()] == [True, True]
+    assert saved.tracker.watermark == 300
 
 
 def append_labelled(spark, path: str, app_id: str, batch_id: int) -> None:
