@@ -1,2 +1,3 @@
 """The engine's Spark-side parts that the jobs wire together: judging, the
-pipeline clock, the window store and the watermark steps without records."""
+pipeline clock, the window store, the watermark steps without records, the offline
+detector's store and the gold store."""

@@ -35,7 +35,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import ConfigError, load_pipeline
-from spark_jobs.jobs import offline
+from spark_jobs.engine import detector
+from spark_jobs.engine.gold_store import changed_keys, refresh_gold
 from spark_jobs.jobs.common import (
     USER_METADATA,
     RunLog,
@@ -47,7 +48,6 @@ from spark_jobs.jobs.common import (
     retry_on_conflict,
     session_settings,
 )
-from spark_jobs.jobs.gold import changed_keys, refresh_gold
 from spark_jobs.session import build_session
 from spark_jobs.sql import column_of, null_safe_match
 from spark_jobs.tables import TableRegistry, join
@@ -289,14 +289,14 @@ def merge_late_tracks(
     time is in ``window``), then mark those tracks merged. The re-derivation is a
     recomputation, so a run killed before the mark is finished by running again."""
     now = datetime.now(UTC)
-    late = offline.pending_late_tracks(spark, registry, window.condition("event_time")).persist()
+    late = detector.pending_late_tracks(spark, registry, window.condition("event_time")).persist()
     try:
         tracks, latest = late.agg(F.count(F.lit(1)), F.max("quarantined_at")).first()
         if not tracks:
             return MergeReport()
-        keys = offline.rederive_keys(spark, registry, late, now)
+        keys = detector.rederive_keys(spark, registry, late, now)
         crash_point("merge_late:rederive")
-        _, _, late_table = offline.offline_tables(registry)
+        _, _, late_table = detector.offline_tables(registry)
 
         def mark() -> None:
             # Tracks quarantined after the read above were not re-derived: they wait.
@@ -331,7 +331,7 @@ def dry_run(spark: SparkSession, registry: TableRegistry, window: TimeRange) -> 
         )
         print(f"  gold keys to recompute: {report.gold_keys}")
         if registry.config.offline is not None:
-            late_tracks = offline.pending_late_tracks(spark, registry, window.condition("event_time"))
+            late_tracks = detector.pending_late_tracks(spark, registry, window.condition("event_time"))
             keys = late_tracks.select(*registry.config.offline.key).distinct().count()
             print(f"  late tracks: {late_tracks.count()} (status history re-derived for {keys} keys)")
         if report.windows:

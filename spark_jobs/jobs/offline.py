@@ -23,63 +23,35 @@ watermark-only step: an idleness check, the end of input). Per trigger:
 from __future__ import annotations
 
 import sys
-import time
-import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.eventtime.clock import MIN_WATERMARK
+from spark_jobs.engine.detector import (
+    StateRead,
+    Steps,
+    advance_detector,
+    detector_clock,
+    late_track_rows,
+    offline_tables,
+    plan_steps,
+    read_state,
+    version_tracks,
+)
 from spark_jobs.jobs.common import (
-    USER_METADATA,
     BatchWriter,
     JobContext,
     Stream,
     crash_point,
     exit_on_config_error,
     job_parser,
-    retry_on_conflict,
     run_if_configured,
-    session_settings,
-    txn_settings,
     writer_stream,
 )
 from spark_jobs.session import build_session
-from spark_jobs.sql import column_of, local_rows, null_safe_match, quote_identifier, string_literal
-from spark_jobs.tables import TableRef, TableRegistry, change_feed, commits, table_version
-from spark_jobs.transforms.offline import detection_watermark, transitions
-from spark_jobs.transforms.windows import is_marker, record_millis
-
-CLOCK, LAST, BUFFERED = "clock", "last", "buffered"
-
-
-@dataclass(frozen=True)
-class DetectorClock:
-    """How far the detector has read: silver's watermark and last bronze version."""
-
-    watermark: int = MIN_WATERMARK
-    version: int = -1
-
-
-@dataclass(frozen=True)
-class Steps:
-    """A trigger's watermark steps: each new bronze version's starting watermark,
-    every watermark reached, and where the detector stands afterwards."""
-
-    starts: dict[int, int]
-    watermarks: list[int]
-    after: DetectorClock
-
-
-def offline_tables(registry: TableRegistry) -> tuple[TableRef, TableRef, TableRef]:
-    """(status events, state, late tracks); a pipeline without ``offline`` has none."""
-    if registry.status_events is None or registry.offline_state is None or registry.late_tracks is None:
-        raise ValueError(f"pipeline {registry.config.name!r} has no offline section")
-    return registry.status_events, registry.offline_state, registry.late_tracks
+from spark_jobs.sql import local_rows
+from spark_jobs.tables import TableRegistry
 
 
 def read_watermark_steps(spark: SparkSession, registry: TableRegistry) -> DataFrame:
@@ -90,248 +62,6 @@ def read_watermark_steps(spark: SparkSession, registry: TableRegistry) -> DataFr
         .where(F.col("pipeline") == registry.config.name)
         .select("batch_id", "watermark")
     )
-
-
-def plan_steps(clock: DetectorClock, steps: Sequence[tuple[int, int]]) -> Steps:
-    """Walk silver's (bronze version, watermark after) steps in order. Versions the
-    detector has read already only move the watermark (an idle or flush step)."""
-    watermark, version = clock.watermark, clock.version
-    starts: dict[int, int] = {}
-    reached = []
-    for step_version, step_watermark in sorted(steps):
-        if step_version > version:
-            starts.setdefault(step_version, watermark)
-        watermark = max(watermark, step_watermark)
-        reached.append(watermark)
-    last_version = max([version, *starts])
-    return Steps(starts, reached, DetectorClock(watermark, last_version))
-
-
-@dataclass(frozen=True)
-class StateRead:
-    """The detector's state as read at one version of its table: the version tells
-    whether another writer committed between this read and a write based on it."""
-
-    rows: DataFrame
-    version: int
-
-
-def read_state(spark: SparkSession, state: TableRef) -> StateRead:
-    version = table_version(spark, state.path)
-    rows = spark.read.format("delta").option("versionAsOf", version).load(state.path)
-    return StateRead(rows, version)
-
-
-def detector_clock(state: DataFrame) -> DetectorClock:
-    row = state.where(F.col("kind") == CLOCK).select("ts_ms", "version").first()
-    return DetectorClock() if row is None else DetectorClock(row.ts_ms, row.version)
-
-
-def version_tracks(spark: SparkSession, registry: TableRegistry, starts: dict[int, int]) -> DataFrame | None:
-    """Bronze data rows of the versions in ``starts``, with ``ts_ms`` and the
-    version's starting ``watermark``; None when bronze has none of them yet."""
-    if not starts:
-        return None
-    latest = table_version(spark, registry.bronze.path)
-    first, last = min(starts), min(max(starts), latest)
-    if first > last:
-        return None
-    clocks = local_rows(spark, list(starts.items()), "version long, watermark long")
-    return (
-        change_feed(spark.read, registry.bronze.path, first, last)
-        .where(F.col("_change_type") == "insert")
-        .withColumnRenamed("_commit_version", "version")
-        .where(~is_marker(registry.config))
-        .withColumn("ts_ms", record_millis(registry.config))
-        .join(F.broadcast(clocks), "version")
-    )
-
-
-def late_track_rows(late: DataFrame, registry: TableRegistry, now: datetime) -> DataFrame:
-    return late.select(
-        *registry.bronze.schema.fieldNames(),
-        "watermark",
-        (F.col("watermark") - F.col("ts_ms")).alias("lateness_ms"),
-        F.lit("pending").alias("status"),
-        F.lit(now).cast("timestamp").alias("quarantined_at"),
-        F.lit(None).cast("timestamp").alias("merged_at"),
-        F.lit(None).cast("string").alias("merge_run_id"),
-    )
-
-
-def event_rows(events: DataFrame, key: Sequence[str], watermarks: Sequence[int], now: datetime) -> DataFrame:
-    return events.select(
-        *key,
-        "status",
-        F.timestamp_millis("event_ms").alias("event_time"),
-        detection_watermark(F.col("event_ms"), watermarks).alias("watermark"),
-        F.lit(now).cast("timestamp").alias("detected_at"),
-    )
-
-
-def last_changes(key: Sequence[str], new_last: DataFrame) -> DataFrame:
-    """MERGE source rows that ``upsert`` the keys' new last rows."""
-    return new_last.select(
-        *key,
-        F.lit(LAST).alias("kind"),
-        "ts_ms",
-        "status",
-        F.lit("upsert").alias("action"),
-        F.lit(None).cast("long").alias("version"),
-    )
-
-
-def state_changes(
-    key: Sequence[str],
-    new_last: DataFrame,
-    buffer: DataFrame,
-    arrived: DataFrame,
-    clock: DetectorClock,
-    spark: SparkSession,
-) -> DataFrame:
-    """The detector's MERGE source: ``upsert`` the new last rows and the clock,
-    ``delete`` handled buffered tracks, ``insert`` arrived tracks still ahead of
-    the watermark."""
-    nulls = [F.lit(None).alias(column) for column in key]
-    buffered = buffer.select(*key, "ts_ms", F.lit(True).alias("was_buffered")).unionByName(
-        arrived.select(*key, "ts_ms", F.lit(False).alias("was_buffered"))
-    )
-    buffered = buffered.groupBy(*key, "ts_ms").agg(F.max("was_buffered").alias("was_buffered"))
-    due = F.col("ts_ms") <= F.lit(clock.watermark)
-
-    def buffer_change(rows: DataFrame, action: str) -> DataFrame:
-        return rows.select(
-            *key,
-            F.lit(BUFFERED).alias("kind"),
-            "ts_ms",
-            F.lit(None).cast("string").alias("status"),
-            F.lit(action).alias("action"),
-            F.lit(None).cast("long").alias("version"),
-        )
-
-    clock_row = local_rows(spark, [(clock.watermark, clock.version)], "ts_ms long, version long").select(
-        *nulls,
-        F.lit(CLOCK).alias("kind"),
-        "ts_ms",
-        F.lit(None).cast("string").alias("status"),
-        F.lit("upsert").alias("action"),
-        "version",
-    )
-    return (
-        last_changes(key, new_last)
-        .unionByName(buffer_change(buffered.where(due & F.col("was_buffered")), "delete"))
-        .unionByName(buffer_change(buffered.where(~due & ~F.col("was_buffered")), "insert"))
-        .unionByName(clock_row)
-    )
-
-
-def merge_state(
-    spark: SparkSession,
-    state: TableRef,
-    key: Sequence[str],
-    changes: DataFrame,
-    txn: tuple[str, int] | None,
-    now: datetime,
-    read_version: int,
-) -> bool:
-    """MERGE ``changes``, computed from the state read at ``read_version``, into the
-    state table. True when another writer (the detector, or a merge's
-    re-derivation) committed in between: the changes were then computed from a
-    stale state, and the caller must re-derive the keys it touched."""
-    same_row = (
-        null_safe_match(key)
-        & (F.col("t.kind") == F.col("s.kind"))
-        & ((F.col("t.kind") != F.lit(BUFFERED)) | (F.col("t.ts_ms") == F.col("s.ts_ms")))
-    )
-    moment = F.lit(now).cast("timestamp")
-    label = f"tidemark-offline-state:{uuid.uuid4().hex}"
-    settings = {USER_METADATA: label, **(txn_settings(*txn) if txn else {})}
-
-    def merge() -> None:
-        with session_settings(spark, settings):
-            (
-                DeltaTable.forPath(spark, state.path)
-                .alias("t")
-                .merge(changes.alias("s"), same_row)
-                .whenMatchedDelete(condition="s.action = 'delete'")
-                .whenMatchedUpdate(
-                    condition="s.action = 'upsert'",
-                    set={
-                        "ts_ms": "s.ts_ms",
-                        "status": "s.status",
-                        "version": "s.version",
-                        "updated_at": moment,
-                    },
-                )
-                .whenNotMatchedInsert(
-                    condition="s.action <> 'delete'",
-                    values={
-                        **{column: column_of("s", column) for column in key},
-                        "kind": "s.kind",
-                        "ts_ms": "s.ts_ms",
-                        "status": "s.status",
-                        "version": "s.version",
-                        "updated_at": moment,
-                    },
-                )
-                .execute()
-            )
-
-    retry_on_conflict(merge, "offline state MERGE")
-    return committed_after_others(spark, state.path, read_version, label)
-
-
-def committed_after_others(spark: SparkSession, path: str, read_version: int, label: str) -> bool:
-    """Whether the commit labelled ``label`` came later than ``read_version + 1``:
-    someone else committed between the read and it. No such commit (Delta skipped
-    a replayed txn) is not late."""
-    latest = table_version(spark, path)
-    for commit in commits(spark, path, read_version + 1, latest):
-        if commit.user_metadata == label:
-            return commit.version > read_version + 1
-    return False
-
-
-def advance_detector(
-    spark: SparkSession,
-    registry: TableRegistry,
-    state: StateRead,
-    arrived: DataFrame,
-    steps: Steps,
-    txn: tuple[str, int],
-    now: datetime,
-    append_events: Callable[[DataFrame], object],
-) -> int:
-    """Buffer ``arrived`` tracks, handle everything the watermark passed, write the
-    status events (through ``append_events``, once per batch) and the new state
-    (idempotent under ``txn``); returns how many events were emitted.
-
-    A late merge may re-derive keys while this runs. When its state commit came
-    between this batch's read and its MERGE, the keys this batch handled were
-    judged against stale ``last`` rows, so they are re-derived again here."""
-    offline = registry.config.offline
-    assert offline is not None
-    key = offline.key
-    _, state_table, _ = offline_tables(registry)
-    watermark = steps.after.watermark
-    buffer = state.rows.where(F.col("kind") == BUFFERED).select(*key, "ts_ms")
-    due = buffer.unionByName(arrived).where(F.col("ts_ms") <= F.lit(watermark))
-    last = state.rows.where(F.col("kind") == LAST).select(*key, "ts_ms", "status")
-    events, new_last = transitions(last, due, key, offline.timeout_ms, watermark)
-    rows = event_rows(events, key, steps.watermarks, now).persist()
-    try:
-        emitted = rows.count()
-        if emitted:
-            append_events(rows)
-            crash_point("offline:events")
-    finally:
-        rows.unpersist()
-    changes = state_changes(key, new_last, buffer, arrived, steps.after, spark)
-    if merge_state(spark, state_table, key, changes, (f"{txn[0]}:state", txn[1]), now, state.version):
-        touched = new_last.select(*key).unionByName(events.select(*key))
-        rederive_keys(spark, registry, touched, now)
-    crash_point("offline:state")
-    return emitted
 
 
 class OfflineBatchWriter(BatchWriter):
@@ -417,135 +147,6 @@ def main(argv: list[str] | None = None) -> int:
     context = JobContext.from_args("offline", parser.parse_args(argv))
     spark = build_session(f"tidemark-offline-{context.config.name}")
     return run(spark, context)
-
-
-def pending_late_tracks(spark: SparkSession, registry: TableRegistry, in_range: Column) -> DataFrame:
-    _, _, late_table = offline_tables(registry)
-    late = spark.read.format("delta").load(late_table.path)
-    return late.where((F.col("status") == "pending") & in_range)
-
-
-def handled_tracks(
-    spark: SparkSession, registry: TableRegistry, keys: DataFrame, clock: DetectorClock
-) -> DataFrame:
-    """Every bronze track of ``keys`` the detector has taken in and the watermark
-    has passed, late or not: what a batch computation at ``clock`` handles."""
-    offline = registry.config.offline
-    assert offline is not None
-    return (
-        change_feed(spark.read, registry.bronze.path, last=clock.version)
-        .where((F.col("_change_type") == "insert") & ~is_marker(registry.config))
-        .join(F.broadcast(keys), list(offline.key), "left_semi")
-        .select(*offline.key, record_millis(registry.config).alias("ts_ms"))
-        .where(F.col("ts_ms") <= F.lit(clock.watermark))
-    )
-
-
-# How often a re-derivation starts over because the detector committed beside it,
-# pausing a little longer each time: the detector commits in bursts (one batch per
-# watermark step a silver batch took), and a re-derivation that retries at once
-# loses to every commit of the burst.
-REDERIVE_ATTEMPTS = 10
-REDERIVE_PAUSE_S = 0.5
-
-
-def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame, now: datetime) -> int:
-    """Recompute the status history and state of ``keys`` from all their handled
-    tracks, late ones included: after this, their status events equal a batch
-    computation. Idempotent (a recomputation), so a killed merge simply reruns it.
-    Events that stay keep the watermark they were detected at; new ones get the
-    detector's current watermark.
-
-    Safe beside the live detector: when it committed between this read of the state
-    and this MERGE, the recomputation used a stale clock and starts over."""
-    offline = registry.config.offline
-    assert offline is not None
-    key = offline.key
-    events_table, state_table, _ = offline_tables(registry)
-    keys = keys.select(*key).distinct().persist()
-    try:
-        affected = keys.count()
-        if not affected:
-            return 0
-        for attempt in range(REDERIVE_ATTEMPTS):
-            time.sleep(REDERIVE_PAUSE_S * attempt)
-            state = read_state(spark, state_table)
-            clock = detector_clock(state.rows)
-            if clock.version < 0:
-                return 0
-            no_last = state.rows.where(F.lit(False)).select(*key, "ts_ms", "status")
-            events, new_last = transitions(
-                no_last,
-                handled_tracks(spark, registry, keys, clock),
-                key,
-                offline.timeout_ms,
-                clock.watermark,
-            )
-            fresh = event_rows(events, key, [clock.watermark], now)
-            replace_events(spark, events_table, key, keys, fresh)
-            changes = last_changes(key, new_last)
-            if not merge_state(spark, state_table, key, changes, None, now, state.version):
-                return affected
-        raise RuntimeError(
-            f"the offline detector kept committing during {REDERIVE_ATTEMPTS} re-derivations of "
-            f"{affected} keys; run the merge again"
-        )
-    finally:
-        keys.unpersist()
-
-
-def replace_events(
-    spark: SparkSession, events_table: TableRef, key: Sequence[str], keys: DataFrame, fresh: DataFrame
-) -> None:
-    """Make ``keys``' rows of the status events exactly ``fresh``, each event once:
-    an event that stays keeps the watermark and moment it was first detected at,
-    new ones are inserted, and the rest go, copies of an event included.
-
-    Not a MERGE: every copy of an event matches the one fresh row, so a MERGE keeps
-    them all. Copies arise when a detector batch read ``last`` rows that a stale
-    re-derivation had just rewritten (its retry puts the state right, the batch's
-    append lands anyway); the detector then re-derives those keys here."""
-    # SQL text, parsed once: a Column built per key costs a JVM call per operator
-    # (16 s for 10,000 keys) and its depth overflows the JVM's stack.
-    of_keys = " OR ".join(
-        "(" + " AND ".join(f"{quote_identifier(c)} <=> {sql_literal(row[c])}" for c in key) + ")"
-        for row in keys.collect()
-    )
-    if not of_keys:
-        return
-    event = [*key, "status", "event_time"]
-    first = F.min(F.struct("watermark", "detected_at")).alias("first")
-
-    def replace() -> None:
-        current = spark.read.format("delta").load(events_table.path).where(of_keys)
-        detected = current.groupBy(*event).agg(first)
-        rows = fresh.alias("s").join(detected.alias("t"), null_safe_match(event), "left")
-        (
-            rows.select(
-                *(column_of("s", c) for c in event),
-                F.coalesce(F.col("t.first.watermark"), F.col("s.watermark")).alias("watermark"),
-                F.coalesce(F.col("t.first.detected_at"), F.col("s.detected_at")).alias("detected_at"),
-            )
-            .write.format("delta")
-            .mode("overwrite")
-            .option("replaceWhere", of_keys)
-            .save(events_table.path)
-        )
-
-    retry_on_conflict(replace, "status events replace")
-
-
-def sql_literal(value: object) -> str:
-    """A key value as Spark SQL literal text."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):  # repr gives nan and inf, which SQL would read as names
-        return f"CAST({string_literal(repr(value))} AS DOUBLE)"
-    return string_literal(str(value))
 
 
 if __name__ == "__main__":

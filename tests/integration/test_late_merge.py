@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.config import load_pipeline
+from spark_jobs.engine import detector
 from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.generator import START_MS, FleetSpec, generate, write_landing
 from spark_jobs.jobs import gold, merge_late, offline
@@ -185,7 +186,7 @@ def test_a_merge_landing_inside_a_detector_batch_leaves_the_status_events_of_a_b
             args = ["--pipeline", str(pipeline), "--lakehouse", registry.root]
             merged_inside.append(merge_late.main(args))
 
-    monkeypatch.setattr(offline, "crash_point", merge_between_events_and_state)
+    monkeypatch.setattr(detector, "crash_point", merge_between_events_and_state)
     end_the_input(spark, registry)
     assert merged_inside == [0]
     assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
@@ -199,7 +200,7 @@ def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock
 ):
     pipeline, registry = replayed_fleet(spark, tmp_path, devices=4, duration_ms=40 * 60_000, flush=False)
     assert statuses_of(spark, registry.late_tracks.path) == {"pending"}
-    replace_events = offline.replace_events
+    replace_events = detector.replace_events
     detector_ran = []
 
     def detector_between_events_and_state(*args) -> None:
@@ -208,7 +209,7 @@ def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock
             detector_ran.append(True)
             end_the_input(spark, registry)
 
-    monkeypatch.setattr(offline, "replace_events", detector_between_events_and_state)
+    monkeypatch.setattr(detector, "replace_events", detector_between_events_and_state)
     assert merge_late.main(["--pipeline", str(pipeline), "--lakehouse", registry.root]) == 0
     assert detector_ran
     assert statuses_of(spark, registry.late_tracks.path) == {"merged"}

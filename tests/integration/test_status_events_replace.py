@@ -1,5 +1,5 @@
 """Re-deriving keys makes their status events exactly the recomputed ones
-(``offline.replace_events``), on a tiny table written by the real delta-spark."""
+(``detector.replace_events``), on a tiny table written by the real delta-spark."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.jobs.offline import replace_events
+from spark_jobs.engine.detector import replace_events
 from spark_jobs.tables import TableRegistry, create_if_missing
 
 pytestmark = pytest.mark.spark

@@ -16,7 +16,7 @@ import pytest
 from tidemark_airflow.standalone import PASSWORDS_FILE, SIMPLE_AUTH_MANAGER, USER, environment
 
 from spark_jobs.config import ConfigError, parse_pipeline
-from spark_jobs.jobs.offline import sql_literal
+from spark_jobs.engine.detector import sql_literal
 from spark_jobs.sql import null_safe_match
 from tests.unit.test_config import telemetry
 
