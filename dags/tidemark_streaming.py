@@ -1,7 +1,8 @@
 """Start and supervise one pipeline's streams: bronze, silver, gold, offline detection.
 
 - **available-now** (the schedule's mode): each job drains its backlog and exits,
-  in dependency order; the next scheduled run continues from the checkpoints.
+  in dependency order; the next scheduled run continues from the checkpoints. A
+  scheduled run that finds a triggered run queued behind it skips its pass.
 - **continuous** (trigger by hand): the four streams run side by side until
   stopped; a failed stream exits 1 and its task's retries restart it, and a stream
   that is alive but stalled is killed by its watchdog, so the same retries apply.
@@ -15,6 +16,7 @@ cluster); both keep each stream's checkpoint, so a pipeline can move between the
 from datetime import timedelta
 
 from airflow.sdk import Param, TaskGroup, dag, task
+from airflow.sdk.types import DagRunProtocol, RuntimeTaskInstanceProtocol
 from tidemark_airflow.operators import (
     GOLD_ASSET,
     PIPELINE_ARGS,
@@ -48,7 +50,16 @@ STREAMS = ("bronze", "silver", "gold", "offline")
 )
 def tidemark_streaming() -> None:
     @task.branch
-    def choose_mode(params: dict | None = None) -> list[str]:
+    def choose_mode(
+        params: dict | None = None,
+        dag_run: DagRunProtocol | None = None,
+        ti: RuntimeTaskInstanceProtocol | None = None,
+    ) -> list[str] | None:
+        # A scheduled pass only drains from the checkpoints, and one run goes at a time:
+        # a run someone triggered and queued behind it does that as well, so the pass
+        # gives way rather than hold it up (unpausing the DAG starts a scheduled run).
+        if dag_run.run_type == "scheduled" and ti.get_dr_count(dag_id=dag_run.dag_id, states=["queued"]):
+            return None
         group = "continuous" if params["mode"] == "continuous" else "available_now"
         if params["one_application"]:
             return [f"{group}.pipeline"]

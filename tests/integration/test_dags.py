@@ -5,6 +5,7 @@ test_airflow_soak.py and test_spark_cluster.py (`dag.test()` on a Spark cluster)
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -49,14 +50,40 @@ def test_stalled_streams_and_replays_are_not_retried_blindly_but_streams_are(dag
     assert all(streaming.get_task(f"continuous.{job}").retries >= 3 for job in ("pipeline", "bronze"))
 
 
-def test_the_streams_run_as_one_application_unless_asked_to_scale_out(dagbag):
+class Runs:
+    """What ``choose_mode`` asks Airflow: its run's type, and how many runs are queued."""
+
+    def __init__(self, run_type: str, queued: int) -> None:
+        self.dag_run = SimpleNamespace(dag_id="tidemark_streaming", run_type=run_type)
+        self.queued = queued
+
+    def get_dr_count(self, dag_id: str, states: list[str]) -> int:
+        assert dag_id == "tidemark_streaming"
+        return self.queued if states == ["queued"] else 0
+
+
+def choose_mode(dagbag, params: dict, runs: Runs):
     choose = dagbag.dags["tidemark_streaming"].get_task("choose_mode").python_callable
-    one, alone = {"one_application": True}, {"one_application": False}
-    assert choose(params={"mode": "available-now", **one}) == ["available_now.pipeline"]
-    assert choose(params={"mode": "continuous", **one}) == ["continuous.pipeline"]
-    assert choose(params={"mode": "available-now", **alone}) == ["available_now.bronze"]
-    assert choose(params={"mode": "continuous", **alone}) == [
+    return choose(params=params, dag_run=runs.dag_run, ti=runs)
+
+
+def test_the_streams_run_as_one_application_unless_asked_to_scale_out(dagbag):
+    one, alone, triggered = {"one_application": True}, {"one_application": False}, Runs("manual", 0)
+    assert choose_mode(dagbag, {"mode": "available-now", **one}, triggered) == ["available_now.pipeline"]
+    assert choose_mode(dagbag, {"mode": "continuous", **one}, triggered) == ["continuous.pipeline"]
+    assert choose_mode(dagbag, {"mode": "available-now", **alone}, triggered) == ["available_now.bronze"]
+    assert choose_mode(dagbag, {"mode": "continuous", **alone}, triggered) == [
         f"continuous.{job}" for job in ("bronze", "silver", "gold", "offline")
+    ]
+
+
+def test_a_scheduled_pass_gives_way_to_a_triggered_run_queued_behind_it(dagbag):
+    scheduled = {"mode": "available-now", "one_application": True}
+    assert choose_mode(dagbag, scheduled, Runs("scheduled", 1)) is None
+    assert choose_mode(dagbag, scheduled, Runs("scheduled", 0)) == ["available_now.pipeline"]
+    # A triggered run never gives way: it is the one the others wait for.
+    assert choose_mode(dagbag, {"mode": "continuous", "one_application": True}, Runs("manual", 1)) == [
+        "continuous.pipeline"
     ]
     assert dagbag.dags["tidemark_streaming"].params["one_application"] is True
 
