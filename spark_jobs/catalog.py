@@ -1,6 +1,7 @@
-"""The SQL catalog over the lakehouse: every table of every configured pipeline
-under its layer schema (``bronze``, ``silver``, ``quarantine``, ``gold``, ``ops``),
-as an external Delta table at its path.
+"""The SQL catalog over the lakehouse: every Delta table under a layer folder
+(``<lakehouse>/<layer>/<table>``: ``bronze``, ``silver``, ``quarantine``, ``gold``,
+``ops``) under its layer schema, as an external Delta table at its path, whether or
+not a pipeline file names it.
 
 The SQL server registers tables in its persistent (Hive) catalog; batch jobs
 such as maintenance register the same names in their in-memory catalog, so SQL
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from pyspark.sql import SparkSession
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.sql import quote_identifier, string_literal
-from spark_jobs.tables import LAYERS, TableRef, TableRegistry
+from spark_jobs.tables import LAYERS, TableRef, TableRegistry, hadoop_file, join
 
 SHIPPED_PIPELINES = Path(__file__).resolve().parent / "pipelines"
 
@@ -35,7 +38,47 @@ def configured_pipeline_files(entries: str | None = None) -> dict[str, str]:
     return found
 
 
-def qualified_name(table: TableRef) -> str:
+class Located(Protocol):
+    """A table as the catalog sees it: a layer, a name and a path."""
+
+    @property
+    def layer(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class FoundTable:
+    """A Delta table found under a layer folder of the lakehouse."""
+
+    layer: str
+    name: str
+    path: str
+
+
+def lakehouse_tables(spark: SparkSession, root: str) -> list[FoundTable]:
+    """Every Delta table (a folder with a ``_delta_log``) one level under each layer
+    folder of ``root``, through Hadoop's FileSystem (local folders and object stores
+    alike). Folders whose name starts with ``_`` or ``.`` are Spark's and Delta's own."""
+    found = []
+    for layer in LAYERS:
+        filesystem, folder = hadoop_file(spark, root, layer)
+        if not filesystem.exists(folder):
+            continue
+        for status in filesystem.listStatus(folder):
+            name = status.getPath().getName()
+            if not status.isDirectory() or name.startswith(("_", ".")):
+                continue
+            if filesystem.exists(hadoop_file(spark, root, layer, name, "_delta_log")[1]):
+                found.append(FoundTable(layer, name, join(root, layer, name)))
+    return found
+
+
+def qualified_name(table: Located) -> str:
     return f"{quote_identifier(table.layer)}.{quote_identifier(table.name)}"
 
 
@@ -52,16 +95,17 @@ def registries_for(pipeline_files: Sequence[str], lakehouse: str | None) -> list
     return [TableRegistry(load_pipeline(path), lakehouse) for path in pipeline_files]
 
 
-def register_statement(table: TableRef) -> str:
+def register_statement(table: Located) -> str:
     return (
         f"CREATE TABLE IF NOT EXISTS {qualified_name(table)} USING delta "
         f"LOCATION {string_literal(table.path)}"
     )
 
 
-def register_tables(spark: SparkSession, tables: Sequence[TableRef]) -> list[str]:
+def register_tables(spark: SparkSession, tables: Sequence[Located]) -> list[str]:
     """Register the tables whose Delta log exists and that the catalog lacks;
-    returns their names. A table created later is picked up by a later call."""
+    returns their names (``layer.table``). A table created later is picked up by a
+    later call."""
     from delta.tables import DeltaTable
 
     for layer in LAYERS:
@@ -74,5 +118,5 @@ def register_tables(spark: SparkSession, tables: Sequence[TableRef]) -> list[str
         if known or not DeltaTable.isDeltaTable(spark, table.path):
             continue
         spark.sql(register_statement(table))
-        registered.append(table.sql_name)
+        registered.append(f"{table.layer}.{table.name}")
     return registered

@@ -1,7 +1,8 @@
 """``tidemark sql-server``: a Spark Thrift Server (HiveServer2 protocol) over every
-Delta table of the configured pipelines, each under its layer schema
-(``bronze.telemetry_events``, ``ops.runs``...), with tables created later picked
-up every ``--refresh``.
+Delta table of the lakehouse, each under its layer schema (``bronze.telemetry``,
+``ops.runs``...): the tables of the configured pipelines and every table found in
+a layer folder (``<lakehouse>/<layer>/<table>``), a pipeline replayed from a file
+of your own included. Tables created later are picked up every ``--refresh``.
 
 The server owns the persistent catalog (an embedded Derby metastore, which
 allows one process); the jobs keep writing path-based tables, so the server
@@ -20,6 +21,7 @@ import time
 from spark_jobs.catalog import (
     catalog_tables,
     configured_pipeline_files,
+    lakehouse_tables,
     register_tables,
     registries_for,
 )
@@ -38,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pipeline",
         action="append",
         help="pipeline YAML file, repeatable (default: every file in $TIDEMARK_PIPELINES, "
-        "else the shipped pipelines)",
+        "else the shipped pipelines); tables found under the lakehouse need none",
     )
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="default 10000")
@@ -113,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     refresh_s = parse_duration(args.refresh, "--refresh", allow_zero=False) / 1000
     files = args.pipeline or list(configured_pipeline_files().values())
-    tables = catalog_tables(registries_for(files, args.lakehouse))
+    configured = catalog_tables(registries_for(files, args.lakehouse))
+    root = lakehouse_root(args.lakehouse)
     if port_in_use(args.host, args.port):
         print(f"tidemark sql-server: {args.host}:{args.port} is in use (choose another --port)")
         return 2
@@ -130,18 +133,22 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session("tidemark-sql-server", overrides=overrides)
     # Derby writes derby.log into the working directory unless told where its home is.
     spark._jvm.java.lang.System.setProperty("derby.system.home", state)
-    registered = register_tables(spark, tables)
+
+    def register_new() -> list[str]:
+        return register_tables(spark, [*configured, *lakehouse_tables(spark, root)])
+
+    registered = register_new()
     thrift = spark._jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
     thrift.startWithContext(spark._jsparkSession.sqlContext())
     print(
         f"tidemark sql-server: listening on jdbc:hive2://{args.host}:{args.port} "
-        f"({len(registered)} tables registered, {len(tables)} known)",
+        f"({len(registered)} tables registered from {root})",
         flush=True,
     )
     while True:
         time.sleep(refresh_s)
         try:
-            for name in register_tables(spark, tables):
+            for name in register_new():
                 print(f"tidemark sql-server: registered {name}", flush=True)
         except Exception as error:  # a failed refresh must not take the server down
             print(f"tidemark sql-server: refresh failed, retrying: {error}", flush=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from spark_jobs.catalog import FoundTable, lakehouse_tables
 from spark_jobs.config import load_pipeline
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, write_landing
 from spark_jobs.jobs.replay import replay
@@ -79,7 +80,8 @@ class Served:
 @pytest.fixture(scope="module")
 def served(spark, tmp_path_factory):
     """A lakehouse with every telemetry table written by a flushed replay, a second
-    pipeline whose tables do not exist yet, and the server over both."""
+    pipeline whose tables do not exist yet, and the server over the lakehouse, started
+    with no pipeline file at all: it finds every table under the layer folders."""
     folder = tmp_path_factory.mktemp("sql")
     pipeline = write_pipeline(folder)
     later_pipeline = write_pipeline(folder, pipeline="fleet2")
@@ -94,9 +96,11 @@ def served(spark, tmp_path_factory):
     assert replay(spark, config, source, lakehouse, batch_size=200, flush=True) == 0
 
     port = free_port()
+    no_pipelines = folder / "no-pipelines"
+    no_pipelines.mkdir()
     process = subprocess.Popen(
-        server_command(port, lakehouse, pipeline, later_pipeline),
-        env=submit_env(),
+        server_command(port, lakehouse),
+        env={**submit_env(), "TIDEMARK_PIPELINES": str(no_pipelines)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -194,10 +198,25 @@ def test_queries_see_a_running_stream_commit_and_tables_created_later(spark, ser
         served.landed.records - served.landed.valid + extra.records - extra.valid
     )
 
+    # A pipeline no file given to the server names: its tables, once created, are found.
     assert not served.rows("SHOW TABLES IN bronze LIKE 'fleet2'")
     served.later.create_missing(spark)
-    wait_for(lambda: served.rows("SHOW TABLES IN bronze LIKE 'fleet2'"), 60, "fleet2's tables registered")
-    assert served.value("SELECT count(*) FROM silver.fleet2_windows") == 0
+    wait_for(lambda: served.rows("SHOW TABLES IN bronze LIKE 'fleet2'"), 300, "fleet2's tables registered")
+    own = [table for table in served.later.all() if table.layer != "ops"]
+    assert counts_over_the_wire(served, own) == {table.sql_name: 0 for table in own}
+
+
+def test_the_catalog_finds_each_delta_table_in_a_layer_folder_and_nothing_else(spark, tmp_path):
+    for folder in ("silver/mine", "gold/my-rollup", "_checkpoints/not_a_layer", "ops/_scratch"):
+        spark.range(1).write.format("delta").save(str(tmp_path / folder))
+    (tmp_path / "bronze" / "no_delta_log").mkdir(parents=True)
+    (tmp_path / "quarantine").mkdir()
+    (tmp_path / "quarantine" / "a_file").write_text("")
+    found = lakehouse_tables(spark, str(tmp_path))
+    assert sorted(found, key=lambda table: table.layer) == [
+        FoundTable("gold", "my-rollup", f"{tmp_path}/gold/my-rollup"),
+        FoundTable("silver", "mine", f"{tmp_path}/silver/mine"),
+    ]
 
 
 def test_maintenance_compacts_the_tables_the_server_names(spark, served):
