@@ -10,10 +10,8 @@ written against one runs unchanged against the other.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from pyspark.sql import SparkSession
@@ -21,21 +19,6 @@ from pyspark.sql import SparkSession
 from spark_jobs.config import load_pipeline
 from spark_jobs.sql import quote_identifier, string_literal
 from spark_jobs.tables import LAYERS, TableRef, TableRegistry, hadoop_file, join
-
-SHIPPED_PIPELINES = Path(__file__).resolve().parent / "pipelines"
-
-
-def configured_pipeline_files(entries: str | None = None) -> dict[str, str]:
-    """Pipeline file stem -> YAML file, from ``entries`` (files or folders,
-    colon-separated), else ``$TIDEMARK_PIPELINES``, else the shipped pipelines."""
-    entries = entries or os.environ.get("TIDEMARK_PIPELINES") or str(SHIPPED_PIPELINES)
-    found: dict[str, str] = {}
-    for entry in filter(None, entries.split(":")):
-        path = Path(entry)
-        files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
-        for file in files:
-            found[file.stem] = str(file)
-    return found
 
 
 class Located(Protocol):

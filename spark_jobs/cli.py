@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from spark_jobs import __version__
-from spark_jobs.config import ConfigError, load_pipeline
+from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
 from spark_jobs.sql_client import DEFAULT_HOST, DEFAULT_PORT, FORMATS
 
 if TYPE_CHECKING:  # the CLI imports Spark only for the commands that need it
@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(handler=_validate)
 
     tables = commands.add_parser("tables", help="list a pipeline's tables (paths and SQL names)")
-    tables.add_argument("--pipeline", required=True, help="pipeline YAML file")
+    tables.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     tables.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     tables.add_argument("--create", action="store_true", help="create the tables that do not exist yet")
     tables.add_argument("--counts", action="store_true", help="count each table's rows (starts Spark)")
@@ -210,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = commands.add_parser(
         "generate", help="generate scooter telemetry into a pipeline's landing zone or Kafka topic"
     )
-    gen.add_argument("--pipeline", required=True, help="pipeline YAML file (where the data goes)")
+    gen.add_argument("--pipeline", required=True, help=f"{PIPELINE_HELP}; where the data goes")
     gen.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     gen.add_argument("--devices", type=positive_int, default=50)
     gen.add_argument("--partitions", type=positive_int, default=4)

@@ -9,6 +9,7 @@ unit: ``500ms``, ``5s``, ``30m``, ``1h``, ``1d``.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import zoneinfo
 from collections.abc import Mapping
@@ -218,9 +219,43 @@ class PipelineConfig:
         )
 
 
+SHIPPED_PIPELINES = Path(__file__).resolve().parent / "pipelines"
+PIPELINE_HELP = (
+    "pipeline YAML file, or a configured pipeline's name (a file in $TIDEMARK_PIPELINES, else a shipped one)"
+)
+
+
+def configured_pipeline_files(entries: str | None = None) -> dict[str, str]:
+    """Pipeline file stem -> YAML file, from ``entries`` (files or folders,
+    colon-separated), else ``$TIDEMARK_PIPELINES``, else the shipped pipelines."""
+    entries = entries or os.environ.get("TIDEMARK_PIPELINES") or str(SHIPPED_PIPELINES)
+    found: dict[str, str] = {}
+    for entry in filter(None, entries.split(":")):
+        path = Path(entry)
+        files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+        for file in files:
+            found[file.stem] = str(file)
+    return found
+
+
+def pipeline_path(reference: str | Path) -> Path:
+    """``reference`` as a pipeline file: a path to one, or the name of a configured
+    pipeline (a file's stem in :func:`configured_pipeline_files`). A path wins: a
+    name is looked up only when no such file exists and it names no folder or YAML."""
+    path = Path(reference)
+    if path.exists() or path.suffix in (".yaml", ".yml") or path.parent != Path("."):
+        return path
+    configured = configured_pipeline_files()
+    if path.name in configured:
+        return Path(configured[path.name])
+    names = ", ".join(sorted(configured)) or "none"
+    problem = f"no file {str(reference)!r} and no configured pipeline of that name (configured: {names})"
+    raise ConfigError("--pipeline", problem)
+
+
 def load_pipeline(path: str | Path) -> PipelineConfig:
-    """Read and validate one pipeline file."""
-    path = Path(path)
+    """Read and validate one pipeline file, given by its path or its configured name."""
+    path = pipeline_path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:

@@ -22,8 +22,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset, Param
 from airflow.sdk.exceptions import AirflowException
 
-from spark_jobs.catalog import configured_pipeline_files
-from spark_jobs.config import load_pipeline
+from spark_jobs.config import configured_pipeline_files, load_pipeline
 from spark_jobs.session import is_local_master, spark_conf
 from spark_jobs.submit import job_script, package_zip
 from spark_jobs.tables import join, lakehouse_root

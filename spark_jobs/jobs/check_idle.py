@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.config import load_pipeline, parse_duration
+from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
 from spark_jobs.engine.clocks import judged_version
 from spark_jobs.engine.watermark_steps import advance_idle
 from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error, folder_argument
@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tidemark check-idle",
         description="Mark idle partitions, advance the watermark of quiet streams, report stalled ones.",
     )
-    parser.add_argument("--pipeline", required=True, help="pipeline YAML file")
+    parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     parser.add_argument(
         "--stall-after",

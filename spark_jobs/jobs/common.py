@@ -32,7 +32,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline, parse_duration
+from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline, parse_duration
 from spark_jobs.sources.progress import SourceProgress
 from spark_jobs.sql import local_rows
 from spark_jobs.tables import (
@@ -67,7 +67,7 @@ Result = TypeVar("Result")
 
 def job_parser(job: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"tidemark {job}", description=description)
-    parser.add_argument("--pipeline", required=True, help="pipeline YAML file")
+    parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     parser.add_argument(
         "--trigger",

@@ -22,7 +22,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from spark_jobs.catalog import qualified_name, register_tables
-from spark_jobs.config import load_pipeline, parse_duration
+from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
 from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error, retry_on_conflict
 from spark_jobs.session import build_session
 from spark_jobs.tables import TableRef, TableRegistry, join
@@ -63,7 +63,7 @@ def checkpoint_report(registry: TableRegistry) -> list[str]:
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tidemark maintenance", description=__doc__.split("\n")[0])
-    parser.add_argument("--pipeline", required=True, help="pipeline YAML file")
+    parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     parser.add_argument(
         "--retain", default="168h", help="history VACUUM keeps (default 168h, Delta's own default)"

@@ -34,7 +34,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.config import ConfigError, load_pipeline
+from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
 from spark_jobs.engine import detector
 from spark_jobs.engine.gold_store import changed_keys, refresh_gold
 from spark_jobs.jobs.common import (
@@ -348,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tidemark merge-late",
         description="Fold pending quarantined late records into their silver windows and gold.",
     )
-    parser.add_argument("--pipeline", required=True, help="pipeline YAML file")
+    parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     parser.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
     parser.add_argument("--from", dest="start", help="only windows starting at or after this ISO-8601 time")

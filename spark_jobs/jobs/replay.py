@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline
+from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline
 from spark_jobs.engine import watermark_steps
 from spark_jobs.generator import land_files
 from spark_jobs.jobs import bronze, gold, offline, silver
@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replay a static JSON-lines or CSV file through bronze and silver, "
         "in file order, with controlled micro-batches.",
     )
-    parser.add_argument("--pipeline", required=True, help="pipeline YAML file")
+    parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--input", required=True, type=Path, help="input file in the pipeline's format")
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     cut = parser.add_mutually_exclusive_group()

@@ -20,12 +20,11 @@ import time
 
 from spark_jobs.catalog import (
     catalog_tables,
-    configured_pipeline_files,
     lakehouse_tables,
     register_tables,
     registries_for,
 )
-from spark_jobs.config import parse_duration
+from spark_jobs.config import configured_pipeline_files, parse_duration
 from spark_jobs.jars import local_jars
 from spark_jobs.jobs.common import exit_on_config_error
 from spark_jobs.sql_client import DEFAULT_HOST, DEFAULT_PORT

@@ -177,6 +177,43 @@ def test_load_pipeline_names_the_file_in_the_error(tmp_path):
         load_pipeline(path)
 
 
+def configured(folder: Path, monkeypatch, **files: str) -> None:
+    """Pipeline files named by their stems in ``folder``, configured through $TIDEMARK_PIPELINES."""
+    for stem, name in files.items():
+        (folder / f"{stem}.yaml").write_text(yaml.safe_dump({**telemetry(), "pipeline": name}))
+    monkeypatch.setenv("TIDEMARK_PIPELINES", str(folder))
+
+
+def test_a_configured_pipelines_name_stands_for_its_file(tmp_path, monkeypatch):
+    configured(tmp_path, monkeypatch, fleet="fleet")
+    config = load_pipeline("fleet")
+    assert (config.name, config.source_file) == ("fleet", str(tmp_path / "fleet.yaml"))
+
+
+def test_a_file_of_that_name_wins_over_a_configured_pipeline(tmp_path, monkeypatch):
+    folder = tmp_path / "configured"
+    folder.mkdir()
+    configured(folder, monkeypatch, fleet="configured_fleet")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fleet").write_text(yaml.safe_dump({**telemetry(), "pipeline": "local_fleet"}))
+    assert load_pipeline("fleet").name == "local_fleet"
+
+
+def test_an_unknown_name_is_refused_with_the_configured_ones(tmp_path, monkeypatch):
+    configured(tmp_path, monkeypatch, fleet="fleet", depot="depot")
+    unknown = r"--pipeline: no file 'nope' .*\(configured: depot, fleet\)"
+    with pytest.raises(ConfigError, match=unknown) as error:
+        load_pipeline("nope")
+    assert error.value.field == "--pipeline"
+
+
+def test_a_missing_yaml_path_is_a_missing_file_not_a_name(tmp_path, monkeypatch):
+    configured(tmp_path, monkeypatch, fleet="fleet")
+    monkeypatch.chdir(tmp_path / "..")
+    with pytest.raises(ConfigError, match=r"<file>: cannot read .*fleet\.yaml"):
+        load_pipeline("fleet.yaml")
+
+
 def test_a_document_that_is_not_a_mapping_is_refused():
     with pytest.raises(ConfigError, match="<root>: expected a mapping"):
         parse_pipeline(["pipeline", "x"])

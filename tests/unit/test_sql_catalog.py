@@ -10,10 +10,10 @@ import pytest
 
 from spark_jobs.catalog import (
     catalog_tables,
-    configured_pipeline_files,
     register_statement,
     registries_for,
 )
+from spark_jobs.config import configured_pipeline_files
 from spark_jobs.jobs.sql_server import build_parser, port_number, server_conf
 from spark_jobs.sql import quote_identifier, string_literal
 from spark_jobs.sql_client import condensed_error
