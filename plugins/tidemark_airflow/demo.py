@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tidemark_airflow.standalone import REPO, USER, Airflow, start, stop
+from tidemark_airflow.standalone import LAKEHOUSE, REPO, USER, Airflow, start, stop
 
 PIPELINE = REPO / "spark_jobs" / "pipelines" / "telemetry.yaml"
 STREAMING = ("tidemark_streaming", {"pipeline": "telemetry", "mode": "available-now"})
@@ -48,7 +48,7 @@ def generate(lakehouse: str, devices: str, seed: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tidemark_airflow.demo")
     parser.add_argument("--home", type=Path, default=REPO / ".tidemark" / "airflow")
-    parser.add_argument("--lakehouse", type=Path, default=REPO / ".tidemark" / "lakehouse")
+    parser.add_argument("--lakehouse", type=Path, default=LAKEHOUSE)
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--devices", default="20")
     args = parser.parse_args(argv)
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Airflow UI:   {airflow.url}  (user {USER}, password {airflow.password()})")
     print("Watermarks:   the 'Watermarks' entry in the UI's navigation")
     print(f"Lakehouse:    {lakehouse}")
+    print('SQL:          make sql-server, then .venv/bin/tidemark sql "SHOW TABLES IN silver"')
     print("Stop it with: make stop")
     print()
     tidemark("tables", "--pipeline", str(PIPELINE), "--lakehouse", lakehouse, "--counts")

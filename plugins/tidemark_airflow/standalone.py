@@ -28,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+# The CLI's default lakehouse from the repository (./lakehouse): `tidemark sql-server`,
+# `tidemark tables` and the rest find the demo's tables without --lakehouse.
+LAKEHOUSE = REPO / "lakehouse"
 PID_FILE = "standalone.pid"
 FINISHED = {"success", "failed"}
 USER = "admin"
@@ -270,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tidemark_airflow.standalone")
     parser.add_argument("command", choices=("start", "stop"))
     parser.add_argument("--home", type=Path, default=REPO / ".tidemark" / "airflow")
-    parser.add_argument("--lakehouse", type=Path, default=REPO / ".tidemark" / "lakehouse")
+    parser.add_argument("--lakehouse", type=Path, default=LAKEHOUSE)
     parser.add_argument("--port", type=int, default=8080)
     args = parser.parse_args(argv)
     if args.command == "stop":
