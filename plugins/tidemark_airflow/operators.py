@@ -29,6 +29,9 @@ from spark_jobs.tables import join, lakehouse_root
 from tidemark_airflow.health import stalled_query
 
 SPARK_CONN_ID = "tidemark_spark"
+# A batch task (an available-now pass, a merge, a check, a backfill) that runs this long is
+# stuck, not slow: Airflow fails it, and its retries (if any) start it again.
+BATCH_TIMEOUT = timedelta(hours=3)
 DEFAULT_ARGS = {"owner": "tidemark", "retries": 2, "retry_delay": timedelta(seconds=30)}
 
 
@@ -87,6 +90,7 @@ class TidemarkJobOperator(SparkSubmitOperator):
             "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
         }
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
+        kwargs.setdefault("execution_timeout", BATCH_TIMEOUT)
         self._env_overrides = dict(env or {})
         super().__init__(
             application=job_script(job),
@@ -126,6 +130,8 @@ class SupervisedStreamOperator(TidemarkJobOperator):
     def __init__(
         self, *, checkpoint: str, stall_after: timedelta, poll_interval: float = 10.0, **kwargs: Any
     ) -> None:
+        # A stream runs until stopped: its watchdog, not a deadline, ends a stuck one.
+        kwargs.setdefault("execution_timeout", None)
         super().__init__(**kwargs)
         self.checkpoint = checkpoint
         self.stall_after = stall_after

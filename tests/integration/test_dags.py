@@ -50,6 +50,19 @@ def test_stalled_streams_and_replays_are_not_retried_blindly_but_streams_are(dag
     assert all(streaming.get_task(f"continuous.{job}").retries >= 3 for job in ("pipeline", "bronze"))
 
 
+def test_every_spark_batch_task_has_a_deadline_and_no_stream_has_one(dagbag):
+    from tidemark_airflow.operators import SupervisedStreamOperator, TidemarkJobOperator
+
+    tasks = [task for dag in dagbag.dags.values() for task in dag.tasks]
+    jobs = [task for task in tasks if isinstance(task, TidemarkJobOperator)]
+    streams = [task for task in jobs if isinstance(task, SupervisedStreamOperator)]
+    assert streams and all(task.execution_timeout is None for task in streams)
+    batches = [task for task in jobs if task not in streams]
+    assert len(batches) >= 8 and all(task.execution_timeout for task in batches), [
+        task.task_id for task in batches if not task.execution_timeout
+    ]
+
+
 class Runs:
     """What ``choose_mode`` asks Airflow: its run's type, and how many runs are queued."""
 
