@@ -5,14 +5,17 @@ gold rows of that hour. Late records still merge in later (tidemark_late_merge).
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import dag, task
+from airflow.sdk import CronTriggerTimetable, dag, task
 from tidemark_airflow.operators import dag_settings, pipeline_param
 from tidemark_airflow.sensors import WatermarkSensor
 
 
 @dag(
     dag_id="tidemark_hourly_report",
-    schedule="@hourly",
+    # An hour's run covers the hour before its tick: a cron schedule alone gives Airflow 3
+    # an empty data interval (start = end = the tick), and the report would read the
+    # hour just beginning.
+    schedule=CronTriggerTimetable("@hourly", timezone="UTC", interval=timedelta(hours=1)),
     doc_md=__doc__,
     params={"pipeline": pipeline_param()},
     **dag_settings("example"),
@@ -22,7 +25,6 @@ def tidemark_hourly_report() -> None:
         task_id="hour_complete_in_event_time",
         pipeline="{{ params.pipeline }}",
         moment="{{ data_interval_end }}",
-        mode="reschedule",
         poke_interval=60,
         timeout=timedelta(hours=6).total_seconds(),
     )

@@ -17,6 +17,11 @@ from tidemark_airflow.operators import (
 )
 
 
+def time_bound(description: str) -> Param:
+    """An optional bound of the merge's range; the trigger form offers a date-time picker."""
+    return Param(None, type=["null", "string"], format="date-time", description=description)
+
+
 @dag(
     dag_id="tidemark_late_merge",
     schedule="@hourly",
@@ -24,10 +29,8 @@ from tidemark_airflow.operators import (
     params={
         "pipeline": pipeline_param(),
         "dry_run": Param(False, type="boolean", description="print what would change; write nothing"),
-        "from": Param(
-            None, type=["null", "string"], description="only windows starting at or after (ISO-8601)"
-        ),
-        "to": Param(None, type=["null", "string"], description="only windows starting before (ISO-8601)"),
+        "from": time_bound("only windows starting at or after (ISO-8601)"),
+        "to": time_bound("only windows starting before (ISO-8601)"),
     },
     **dag_settings("merge", default_args={**DEFAULT_ARGS, "retry_delay": timedelta(minutes=1)}),
 )

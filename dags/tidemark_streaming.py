@@ -2,7 +2,7 @@
 
 - **available-now** (the schedule's mode): each job drains its backlog and exits,
   in dependency order; the next scheduled run continues from the checkpoints. A
-  scheduled run that finds a triggered run queued behind it skips its pass.
+  scheduled run that finds another run queued behind it skips its pass.
 - **continuous** (trigger by hand): the four streams run side by side until
   stopped; a failed stream exits 1 and its task's retries restart it, and a stream
   that is alive but stalled is killed by its watchdog, so the same retries apply.
@@ -56,8 +56,8 @@ def tidemark_streaming() -> None:
         ti: RuntimeTaskInstanceProtocol | None = None,
     ) -> list[str] | None:
         # A scheduled pass only drains from the checkpoints, and one run goes at a time:
-        # a run someone triggered and queued behind it does that as well, so the pass
-        # gives way rather than hold it up (unpausing the DAG starts a scheduled run).
+        # any run queued behind it (most often one someone triggered) does that as well,
+        # so the pass gives way rather than hold it up (unpausing starts a scheduled run).
         if dag_run.run_type == "scheduled" and ti.get_dr_count(dag_id=dag_run.dag_id, states=["queued"]):
             return None
         group = "continuous" if params["mode"] == "continuous" else "available_now"

@@ -243,7 +243,7 @@ def pipeline_path(reference: str | Path) -> Path:
     pipeline (a file's stem in :func:`configured_pipeline_files`). A path wins: a
     name is looked up only when no such file exists and it names no folder or YAML."""
     path = Path(reference)
-    if path.exists() or path.suffix in (".yaml", ".yml") or path.parent != Path("."):
+    if path.is_file() or path.suffix in (".yaml", ".yml") or path.parent != Path("."):
         return path
     configured = configured_pipeline_files()
     if path.name in configured:

@@ -24,30 +24,38 @@ def _batch_ids(folder: str) -> dict[int, float]:
     return found
 
 
-def stalled_batch(checkpoint: str, stall_after: timedelta, now: float | None = None) -> str | None:
+def stalled_batch(
+    checkpoint: str, stall_after: timedelta, now: float | None = None, watched_since: float = 0.0
+) -> str | None:
     """Why the stream at ``checkpoint`` is stalled, or None when it is healthy
-    (idle between batches, or still within the limit on its current batch)."""
+    (idle between batches, or still within the limit on its current batch).
+
+    A batch counts from when it started or from ``watched_since``, whichever is
+    later: a stream restarted after a kill re-runs its uncommitted batch without
+    rewriting its offsets, and must get the whole limit to commit it."""
     started = _batch_ids(os.path.join(checkpoint, "offsets"))
     if not started:
         return None
     latest = max(started)
     if latest in _batch_ids(os.path.join(checkpoint, "commits")):
         return None
-    running_for = (time.time() if now is None else now) - started[latest]
+    running_for = (time.time() if now is None else now) - max(started[latest], watched_since)
     if running_for < stall_after.total_seconds():
         return None
-    return f"micro-batch {latest} started {running_for:.0f} s ago and has not committed"
+    return f"micro-batch {latest} has gone {running_for:.0f} s without committing"
 
 
-def stalled_query(folder: str, stall_after: timedelta, now: float | None = None) -> str | None:
+def stalled_query(
+    folder: str, stall_after: timedelta, now: float | None = None, watched_since: float = 0.0
+) -> str | None:
     """:func:`stalled_batch` of the checkpoint at ``folder``, or, when ``folder``
     holds several queries' checkpoints (a pipeline's), of the first of them stalled,
     named."""
     if os.path.isdir(os.path.join(folder, "offsets")) or not os.path.isdir(folder):
-        return stalled_batch(folder, stall_after, now)
+        return stalled_batch(folder, stall_after, now, watched_since)
     for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
         if entry.is_dir() and os.path.isdir(os.path.join(entry.path, "offsets")):
-            reason = stalled_batch(entry.path, stall_after, now)
+            reason = stalled_batch(entry.path, stall_after, now, watched_since)
             if reason is not None:
                 return f"{entry.name}: {reason}"
     return None

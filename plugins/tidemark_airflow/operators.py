@@ -13,22 +13,22 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, Param
+from airflow.sdk import Asset, BaseHook, Param
 from airflow.sdk.exceptions import AirflowException
 
-from spark_jobs.config import configured_pipeline_files, load_pipeline
+from spark_jobs.config import configured_pipeline_files, load_pipeline, pipeline_path
 from spark_jobs.session import is_local_master, spark_conf
 from spark_jobs.submit import job_script, package_zip
 from spark_jobs.tables import join, lakehouse_root
+from tidemark_airflow import SPARK_CONN_ID
 from tidemark_airflow.health import stalled_query
 
-SPARK_CONN_ID = "tidemark_spark"
 # A batch task (an available-now pass, a merge, a check, a backfill) that runs this long is
 # stuck, not slow: Airflow fails it, and its retries (if any) start it again.
 BATCH_TIMEOUT = timedelta(hours=3)
@@ -42,10 +42,8 @@ def pipeline_files() -> dict[str, str]:
 
 
 def pipeline_file(name: str) -> str:
-    files = pipeline_files()
-    if name not in files:
-        raise AirflowException(f"unknown pipeline {name!r}; configured: {sorted(files)}")
-    return files[name]
+    """The YAML file of the configured pipeline ``name`` (:func:`pipeline_path`'s rule)."""
+    return str(pipeline_path(name))
 
 
 def pipeline_param(default: str = "telemetry") -> Param:
@@ -64,6 +62,18 @@ def checkpoint_of(pipeline: str, job: str | None = None) -> str:
     no job, the folder of the pipeline's checkpoints (``tidemark run``'s queries)."""
     config = load_pipeline(pipeline_file(pipeline))
     return join(lakehouse_root(), "_checkpoints", config.name, *([job] if job else []))
+
+
+def spark_master(conn_type: str, host: str | None, port: int | None) -> str:
+    """The master a Spark connection stands for, read as the Spark provider reads it:
+    a ``spark`` connection made in the UI holds the master in its host (``local[2]``,
+    ``spark://h``), one made from a URI (``spark://h:7077``) holds the scheme in its
+    type; the port, when set, follows."""
+    if conn_type == "spark" and host and ("://" in host or not port):
+        master = host
+    else:
+        master = f"{conn_type}://{host or ''}"
+    return f"{master}:{port}" if port else master
 
 
 class TidemarkJobOperator(SparkSubmitOperator):
@@ -90,7 +100,9 @@ class TidemarkJobOperator(SparkSubmitOperator):
             "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
         }
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
-        kwargs.setdefault("execution_timeout", BATCH_TIMEOUT)
+        if "execution_timeout" not in (kwargs.get("default_args") or {}):  # a DAG's own wins
+            kwargs.setdefault("execution_timeout", BATCH_TIMEOUT)
+        self.spark_conn_id = kwargs["conn_id"]
         self._env_overrides = dict(env or {})
         super().__init__(
             application=job_script(job),
@@ -101,13 +113,15 @@ class TidemarkJobOperator(SparkSubmitOperator):
             **kwargs,
         )
 
-    def _get_hook(self) -> SparkSubmitHook:
-        """The hook, once the connection's master has chosen the settings and, on a
-        cluster, the package zip has joined ``py_files``."""
-        # The provider resolves the master from the connection (host, port, conn type);
-        # asking it keeps one reading of the connection.
-        master = SparkSubmitHook(conn_id=self._conn_id)._connection["master"]
-        local = is_local_master(master)
+    def execute(self, context: Any) -> None:
+        self.settle_submit()
+        super().execute(context)
+
+    def settle_submit(self) -> None:
+        """Before the submit: the connection's master chooses the settings and, on a
+        cluster, the package zip joins ``py_files``. Idempotent (a retry settles again)."""
+        connection = BaseHook.get_connection(self.spark_conn_id)
+        local = is_local_master(spark_master(connection.conn_type, connection.host, connection.port))
         self.conf = spark_conf(local=local, overrides=self.conf)
         if not local:
             shipped = [path for path in (self.py_files or "").split(",") if path]
@@ -116,7 +130,6 @@ class TidemarkJobOperator(SparkSubmitOperator):
             executor_python = os.environ.get("TIDEMARK_EXECUTOR_PYTHON")
             if executor_python and "PYSPARK_PYTHON" not in self._env_overrides:
                 self.env_vars = {**(self.env_vars or {}), "PYSPARK_PYTHON": executor_python}
-        return super()._get_hook()
 
 
 class SupervisedStreamOperator(TidemarkJobOperator):
@@ -140,14 +153,17 @@ class SupervisedStreamOperator(TidemarkJobOperator):
     def execute(self, context: Any) -> None:
         done = threading.Event()
         stalled: list[str] = []
+        # A restarted stream re-runs the batch it was killed in: it gets the whole limit
+        # from now (and the submit is long under way before anything can be killed).
+        watched_since = time.time()
 
         def watch() -> None:
             while not done.wait(self.poll_interval):
-                reason = stalled_query(self.checkpoint, self.stall_after)
-                if reason is not None and self._hook is not None:
+                reason = stalled_query(self.checkpoint, self.stall_after, watched_since=watched_since)
+                if reason is not None:
                     stalled.append(reason)
                     self.log.error("stream stalled: %s; killing it so the task retries", reason)
-                    self._hook.on_kill()
+                    self.on_kill()
                     return
 
         watchdog = threading.Thread(target=watch, name="tidemark-stream-watchdog", daemon=True)

@@ -24,8 +24,11 @@ import urllib.request
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from tidemark_airflow import SPARK_CONN_ID
 
 REPO = Path(__file__).resolve().parents[2]
 # The CLI's default lakehouse from the repository (./lakehouse): `tidemark sql-server`,
@@ -34,6 +37,14 @@ LAKEHOUSE = REPO / "lakehouse"
 PID_FILE = "standalone.pid"
 FINISHED = {"success", "failed"}
 USER = "admin"
+# The Spark connection the operators use, stored where the UI shows it; an
+# AIRFLOW_CONN_TIDEMARK_SPARK in the environment still wins at run time.
+SPARK_CONNECTION = {
+    "connection_id": SPARK_CONN_ID,
+    "conn_type": "spark",
+    "host": "local[2]",
+    "description": "Tidemark's spark-submit master: local[2] on this machine",
+}
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 SERVER_ERROR_ATTEMPTS, SERVER_ERROR_PAUSE_S = 5, 2.0
@@ -54,8 +65,8 @@ def environment(
 ) -> dict[str, str]:
     """Standalone's settings: this repository's DAGs and plugin, no examples, a
     worker pool sized for a small machine (yet room for the four continuous
-    streams beside a merge and an idleness check), the API on loopback, the Spark
-    connection on the local master unless one is configured, ``settings`` (say
+    streams beside a merge and an idleness check), the API on loopback (the Spark
+    connection is stored by :func:`start`), ``settings`` (say
     ``TIDEMARK_PIPELINES``), and always a login: the simple auth manager with one
     admin whose password standalone generates, whatever the caller's environment
     or ``settings`` say (they could switch authentication off)."""
@@ -80,9 +91,6 @@ def environment(
         # Generated in this run's home, not a file from elsewhere with a known password.
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / PASSWORDS_FILE),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "10",
-        "AIRFLOW_CONN_TIDEMARK_SPARK": os.environ.get(
-            "AIRFLOW_CONN_TIDEMARK_SPARK", '{"conn_type": "spark", "host": "local[2]"}'
-        ),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "plugins"), os.environ.get("PYTHONPATH")])),
     }
 
@@ -151,14 +159,27 @@ class Airflow:
 
         wait(parsed, timeout, f"the DAGs {dag_ids} to be parsed")
 
+    def add_connection(self, connection: Mapping[str, Any]) -> None:
+        """Store ``connection`` in Airflow's database, where Admin -> Connections lists it
+        (a connection from an environment variable is not listed); one already stored stays."""
+        try:
+            self.request("POST", "/api/v2/connections", dict(connection))
+        except urllib.error.HTTPError as error:
+            if error.code != 409:  # 409: stored by an earlier start (the user may have edited it)
+                raise
+
     def unpause(self, dag_id: str) -> None:
         self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
-    def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None) -> str:
-        """A new run of ``dag_id``; its id is chosen here, so a retried POST whose first
-        attempt did create the run finds it (409) instead of starting a second one."""
+    def trigger(
+        self, dag_id: str, conf: Mapping[str, Any] | None = None, logical_date: datetime | None = None
+    ) -> str:
+        """A new run of ``dag_id`` (for ``logical_date``, else none); its id is chosen
+        here, so a retried POST whose first attempt did create the run finds it (409)
+        instead of starting a second one."""
         run_id = f"manual__tidemark_{uuid.uuid4().hex}"
-        body = {"dag_run_id": run_id, "logical_date": None, "conf": dict(conf or {})}
+        moment = None if logical_date is None else logical_date.isoformat()
+        body = {"dag_run_id": run_id, "logical_date": moment, "conf": dict(conf or {})}
         try:
             self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
         except urllib.error.HTTPError as error:
@@ -201,7 +222,8 @@ def start(
     airflow = Airflow(home, port, process)
     try:
         airflow.wait_until_healthy()
-    except TimeoutError:
+        airflow.add_connection(SPARK_CONNECTION)
+    except BaseException:  # a standalone that is not ready is not left running
         stop(home)
         raise
     return airflow

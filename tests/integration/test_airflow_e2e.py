@@ -1,19 +1,23 @@
 """End to end under a real `airflow standalone`: DAG runs triggered through the
 REST API run the real jobs through spark-submit; the tables reconcile exactly;
-a killed stream is restarted by Airflow with no data lost."""
+a killed stream is restarted by Airflow with no data lost; the WatermarkSensor
+waits in the triggerer until the watermark passes its hour."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+import urllib.error
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from tidemark_airflow.standalone import Airflow, wait
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.generator import FleetSpec, generate, write_landing
+from spark_jobs.engine.watermark_steps import flush
+from spark_jobs.generator import START_MS, FleetSpec, generate, write_landing
 from spark_jobs.tables import TableRegistry
 from tests.integration.airflow_standalone import airflow_standalone, stream_drivers
 
@@ -115,3 +119,40 @@ def test_a_killed_pipeline_application_is_restarted_by_airflow_and_loses_nothing
         assert ids.distinct().count() == ids.count()
     finally:
         airflow.request("PATCH", f"/api/v2/dags/tidemark_streaming/dagRuns/{run_id}", {"state": "failed"})
+
+
+def task_state(airflow: Airflow, dag_id: str, run_id: str, task_id: str) -> str | None:
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+    try:
+        return airflow.request("GET", path)["state"]
+    except urllib.error.HTTPError as error:
+        if error.code == 404:  # a run not scheduled yet has no task instances
+            return None
+        raise
+
+
+def test_the_watermark_sensor_waits_in_the_triggerer_until_the_watermark_passes_its_hour(
+    airflow, lakehouse, spark
+):
+    registry = TableRegistry(load_pipeline(PIPELINE), str(lakehouse))
+    dag_id, sensor = "tidemark_hourly_report", "hour_complete_in_event_time"
+    airflow.wait_for_dags([dag_id])
+    # The hour before a moment far beyond the fleets' event times: not complete yet.
+    hour_end = datetime.fromtimestamp(START_MS / 1000, UTC) + timedelta(hours=10)
+    mine = airflow.trigger(dag_id, {"pipeline": "telemetry"}, logical_date=hour_end)
+    airflow.unpause(dag_id)  # which also schedules the last hour before now: it waits as well
+
+    def deferred_run() -> str | None:
+        listed = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"]
+        runs = [run["dag_run_id"] for run in listed]
+        return next((run for run in runs if task_state(airflow, dag_id, run, sensor) == "deferred"), None)
+
+    # Deferred: the sensor's trigger polls in the triggerer, and no worker slot is held.
+    wait(lambda: deferred_run() is not None, 300, "a sensor to defer")
+    waiting = deferred_run()
+    # The end of input: the watermark becomes +inf and passes every hour; only the
+    # trigger, in the triggerer, can hand the deferred sensor back to a worker.
+    assert flush(spark, registry)
+    for run_id in dict.fromkeys([waiting, mine]):
+        assert airflow.wait_for_run(dag_id, run_id, timeout=600) == "success", run_id
+        assert task_state(airflow, dag_id, run_id, "report") == "success"

@@ -165,6 +165,12 @@ def test_the_page_is_in_the_ui_navigation(airflow):
     assert get(airflow, "/" + view["icon"]).headers["content-type"].startswith("image/svg+xml")
 
 
+def test_the_spark_connection_is_stored_where_admin_connections_lists_it(airflow):
+    listed = get(airflow, "/api/v2/connections", headers=bearer(airflow)).json()["connections"]
+    [spark] = [connection for connection in listed if connection["connection_id"] == "tidemark_spark"]
+    assert (spark["conn_type"], spark["host"]) == ("spark", "local[2]")
+
+
 def test_the_page_is_refused_without_a_login(airflow):
     for path in ("/tidemark/", "/tidemark/api/pipelines"):
         anonymous = get(airflow, path)

@@ -63,6 +63,13 @@ def test_every_spark_batch_task_has_a_deadline_and_no_stream_has_one(dagbag):
     ]
 
 
+def test_the_merges_time_range_is_picked_as_dates_and_times(dagbag):
+    params = dagbag.dags["tidemark_late_merge"].params
+    for name in ("from", "to"):
+        assert params.get_param(name).schema["format"] == "date-time", name
+        assert params[name] is None, f"{name}: no range by default"
+
+
 class Runs:
     """What ``choose_mode`` asks Airflow: its run's type, and how many runs are queued."""
 
