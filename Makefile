@@ -9,24 +9,25 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: setup browser compose test test-fast lint format clean bench demo stop sql-server
 
+# Quiet unless something fails: one line per resolved jar set and for the class archive.
 setup: $(VENV)/.installed $(JARS_STAMP) $(JVM_ARCHIVE)
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
 	@command -v java >/dev/null || { echo "need a Java 17 runtime (apt-get install openjdk-17-jre-headless)"; exit 1; }
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet --no-deps -e .
-	touch $@
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -r requirements.txt
+	@$(PY) -m pip install --quiet --no-deps -e .
+	@touch $@
 
 $(JARS_STAMP): $(VENV)/.installed spark_jobs/jars.py
-	$(PY) -m spark_jobs.jars
-	touch $@
+	@$(PY) -m spark_jobs.jars
+	@touch $@
 
 # The JVM classes a job loads, archived once (class-data sharing): every job starts faster.
 $(JVM_ARCHIVE): $(JARS_STAMP) spark_jobs/jvm_archive.py
-	$(PY) -m spark_jobs.jvm_archive
+	@$(PY) -m spark_jobs.jvm_archive
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -144,13 +144,19 @@ def _artifact(file_name: str) -> str:
 
 def main(argv: list[str]) -> None:
     """Resolve ``spark`` or ``kafka`` jars; with no argument, both, each in its own
-    process (Ivy runs when a JVM starts, and a Python process keeps its first JVM)."""
+    process (Ivy runs when a JVM starts, and a Python process keeps its first JVM).
+    One line per target; Ivy's report only when a resolution fails."""
     if argv:
-        for jar in resolve_one(argv[0]):
-            print(jar)
+        jars = list(resolve_one(argv[0]))
+        print(f"tidemark: {len(jars)} {argv[0]} jars in {jars[0].parent if jars else '-'}")
         return
     for which in TARGETS:
-        subprocess.run([sys.executable, "-m", "spark_jobs.jars", which], check=True)
+        command = [sys.executable, "-m", "spark_jobs.jars", which]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.stderr.write(done.stdout + done.stderr)
+            raise SystemExit(f"tidemark: resolving the {which} jars failed (exit {done.returncode})")
+        print(done.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":
