@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
 	@$(PY) -m pip install --quiet -r requirements.txt
-	@$(PY) -m pip install --quiet --no-deps -e .
+	@$(PY) -m pip install --quiet --no-deps -e . > $(VENV)/editable-install.log 2>&1 || { cat $(VENV)/editable-install.log; exit 1; }
 	@touch $@
 
 $(JARS_STAMP): $(VENV)/.installed spark_jobs/jars.py
