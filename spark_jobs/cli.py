@@ -14,6 +14,8 @@ from spark_jobs.sql_client import DEFAULT_HOST, DEFAULT_PORT, FORMATS
 if TYPE_CHECKING:  # the CLI imports Spark only for the commands that need it
     from pyspark.sql import SparkSession
 
+    from spark_jobs.config import PipelineConfig
+    from spark_jobs.generator import FleetSpec, Manifest
     from spark_jobs.tables import TableRegistry
 
 
@@ -131,26 +133,51 @@ def _generate(args: argparse.Namespace) -> int:
     from spark_jobs.tables import TableRegistry
 
     config = load_pipeline(args.pipeline)
+    duration_ms = parse_duration(args.duration, "--duration", allow_zero=False) if args.duration else None
     spec = FleetSpec(
         devices=args.devices,
         partitions=args.partitions,
         seed=args.seed,
-        duration_ms=parse_duration(args.duration, "--duration", allow_zero=False),
+        duration_ms=duration_ms or 3_600_000,
+        interval_ms=parse_duration(args.interval, "--interval", allow_zero=False),
         late_ratio=args.late_ratio,
         quiet_partitions=args.quiet_partitions,
         malformed_ratio=args.malformed_ratio,
     )
-    records = generate(spec, malformed_kinds(config.source.kind))
-    manifest = Manifest.of(records)
-    if config.source.kind == "kafka":
-        send_to_kafka(records, config.source.bootstrap_servers, config.source.topic, args.rate)
+    landing = TableRegistry(config, args.lakehouse).landing_path
+    if args.live:
+        manifest = _generate_live(config, landing, spec, duration_ms)
     else:
-        landing = TableRegistry(config, args.lakehouse).landing_path
-        manifest.files = write_landing(
-            records, landing, args.records_per_file, config.source.format, args.rate
-        )
+        records = generate(spec, malformed_kinds(config.source.kind))
+        manifest = Manifest.of(records)
+        if config.source.kind == "kafka":
+            send_to_kafka(records, config.source.bootstrap_servers, config.source.topic, args.rate)
+        else:
+            manifest.files = write_landing(
+                records, landing, args.records_per_file, config.source.format, args.rate
+            )
     print(manifest.to_json())
     return 0
+
+
+def _generate_live(
+    config: PipelineConfig, landing: str, spec: FleetSpec, duration_ms: int | None
+) -> Manifest:
+    import contextlib
+    import signal
+
+    from spark_jobs.generator import feed_live, file_sender, kafka_sender, malformed_kinds
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # stopped as by Ctrl-C: the counts of what was sent still print
+
+    signal.signal(signal.SIGTERM, interrupt)
+    if config.source.kind == "kafka":
+        sender = kafka_sender(config.source.bootstrap_servers, config.source.topic)
+    else:
+        sender = contextlib.nullcontext(file_sender(landing, config.source.format))
+    with sender as send:
+        return feed_live(spec, send, malformed_kinds(config.source.kind), duration_ms)
 
 
 def _number(kind: type, accepts: Callable[[float], bool], expected: str) -> Callable[[str], float]:
@@ -215,7 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--devices", type=positive_int, default=50)
     gen.add_argument("--partitions", type=positive_int, default=4)
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--duration", default="1h", help="event-time span of the data (default 1h)")
+    gen.add_argument(
+        "--duration",
+        help="event-time span of the data (default 1h); with --live, how long to send "
+        "(default: until stopped)",
+    )
+    gen.add_argument("--interval", default="10s", help="how often each device sends a track (default 10s)")
     gen.add_argument("--late-ratio", type=share, default=0.0, help="share of records uploaded late")
     gen.add_argument("--malformed-ratio", type=share, default=0.0, help="share of malformed records")
     gen.add_argument(
@@ -223,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--records-per-file", type=positive_int, default=1000)
     gen.add_argument("--rate", type=positive_float, help="records per second (default: as fast as possible)")
+    gen.add_argument(
+        "--live",
+        action="store_true",
+        help="send current telemetry as it happens, every second, until stopped (Ctrl-C, SIGTERM): "
+        "uploads come minutes late, quiet partitions go quiet in every other 4-minute stretch",
+    )
     gen.set_defaults(handler=_generate)
     return parser
 

@@ -9,20 +9,26 @@ latest. A share of records is truly late (a device that lost connectivity
 uploads its backlog minutes later), some partitions go quiet part-way, and a
 share of records is malformed, each labelled with the reject reason bronze must
 give it. :class:`Manifest` says what was produced, so tests can reconcile.
+
+:func:`live_feed` sends the same telemetry as it happens: records arrive at their
+arrival time on the wall clock, segment after segment, until stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import heapq
 import io
+import itertools
 import json
 import os
 import random
 import time
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -93,14 +99,19 @@ class Manifest:
 
     @classmethod
     def of(cls, records: Sequence[Generated]) -> Manifest:
-        reasons = Counter(r.reason for r in records if r.reason)
-        return cls(
-            records=len(records),
-            valid=sum(r.reason is None for r in records),
-            late=sum(r.late for r in records),
-            rejected=dict(sorted(reasons.items())),
-            per_partition=dict(sorted(Counter(r.partition for r in records).items())),
-        )
+        manifest = cls()
+        manifest.add(records)
+        return manifest
+
+    def add(self, records: Sequence[Generated]) -> None:
+        """Count ``records`` in as well."""
+        self.records += len(records)
+        self.valid += sum(r.reason is None for r in records)
+        self.late += sum(r.late for r in records)
+        reasons = Counter(self.rejected) + Counter(r.reason for r in records if r.reason)
+        self.rejected = dict(sorted(reasons.items()))
+        partitions = Counter(self.per_partition) + Counter(r.partition for r in records)
+        self.per_partition = dict(sorted(partitions.items()))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -189,6 +200,116 @@ def generate(spec: FleetSpec, kinds: Sequence[str] = MALFORMED_KINDS) -> list[Ge
     return records
 
 
+# Live: late uploads come minutes late (beyond a bound of seconds plus a lateness of
+# half a minute, so they land in the quarantine), and a partition that goes quiet
+# comes back with the next segment.
+LIVE_SEGMENT_MS = 240_000
+LIVE_LEAD_MS = 180_000
+LIVE_LATE_DELAY_MS = (150_000, 300_000)
+
+
+def live_records(template: FleetSpec, kinds: Sequence[str] = MALFORMED_KINDS) -> Iterator[Generated]:
+    """Endless telemetry in arrival order from ``template.start_ms`` on: segment after
+    segment of ``template.duration_ms``, each the template's fleet from a seed of
+    its own; in every other segment ``template.quiet_partitions`` go quiet part-way."""
+    pending: list[tuple[int, int, Generated]] = []
+    order = itertools.count()
+    for index in itertools.count():
+        start = template.start_ms + index * template.duration_ms
+        # Nothing arrives before its event time: what arrives before this segment starts is due.
+        while pending and pending[0][0] < start:
+            yield heapq.heappop(pending)[2]
+        quiet = template.quiet_partitions if index % 2 else 0
+        segment = replace(template, seed=template.seed + index, start_ms=start, quiet_partitions=quiet)
+        for record in generate(segment, kinds):
+            heapq.heappush(pending, (record.arrival_ms, next(order), record))
+
+
+def send_as_due(
+    records: Iterator[Generated],
+    send: Callable[[list[Generated]], None],
+    until_ms: float | None = None,
+    tick_s: float = 1.0,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Manifest:
+    """Every ``tick_s``, send the records whose arrival time has come on the wall
+    clock (as one batch; an empty tick sends nothing), until ``until_ms`` or an
+    interrupt (Ctrl-C). What was sent, counted."""
+    manifest = Manifest()
+    upcoming = next(records)
+    try:
+        while until_ms is None or clock() * 1000 < until_ms:
+            now_ms = clock() * 1000
+            due = []
+            while upcoming.arrival_ms <= now_ms:
+                due.append(upcoming)
+                upcoming = next(records)
+            if due:
+                send(due)
+                manifest.add(due)
+            sleep(tick_s)
+    except KeyboardInterrupt:
+        pass
+    return manifest
+
+
+def feed_live(
+    spec: FleetSpec,
+    send: Callable[[list[Generated]], None],
+    kinds: Sequence[str] = MALFORMED_KINDS,
+    duration_ms: int | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Manifest:
+    """Send ``spec``'s fleet as it happens for ``duration_ms`` (None: until
+    interrupted). The data starts ``LIVE_LEAD_MS`` back, so windows fire from the
+    first batch, and comes in segments of ``LIVE_SEGMENT_MS`` with late uploads
+    ``LIVE_LATE_DELAY_MS`` late."""
+    now_ms = clock() * 1000
+    template = replace(
+        spec,
+        start_ms=int(now_ms) - LIVE_LEAD_MS,
+        duration_ms=LIVE_SEGMENT_MS,
+        late_delay_ms=LIVE_LATE_DELAY_MS,
+    )
+    until_ms = None if duration_ms is None else now_ms + duration_ms
+    return send_as_due(live_records(template, kinds), send, until_ms, clock=clock, sleep=sleep)
+
+
+def file_sender(folder: str | Path, file_format: str) -> Callable[[list[Generated]], None]:
+    """Send each batch of records as one file landed in ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    mtime = _next_mtime(folder)
+    landed = itertools.count()
+
+    def send(batch: list[Generated]) -> None:
+        nonlocal mtime
+        mtime = max(mtime + 0.01, time.time())
+        land_file(folder, batch_lines(batch, file_format), mtime, "live", next(landed), file_format)
+
+    return send
+
+
+@contextlib.contextmanager
+def kafka_sender(bootstrap_servers: str, topic: str) -> Iterator[Callable[[list[Generated]], None]]:
+    """Send each batch of records to the topic, every record to its own partition."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5)
+
+    def send(batch: list[Generated]) -> None:
+        for record in batch:
+            producer.send(topic, record.line.encode("utf-8"), partition=record.partition)
+        producer.flush()
+
+    try:
+        yield send
+    finally:
+        producer.close()
+
+
 def as_csv_line(record: Generated) -> str:
     """The CSV form of a record: empty fields for missing ones; malformed JSON
     becomes a row with too many fields, an empty record stays empty."""
@@ -208,6 +329,25 @@ def chunk(records: Sequence[Generated], size: int) -> Iterable[Sequence[Generate
         yield records[start : start + size]
 
 
+def land_file(
+    folder: Path, lines: Sequence[str], mtime: float, prefix: str, index: int, extension: str
+) -> str:
+    """Land ``lines`` as one file in ``folder`` atomically (written under a hidden
+    name, then renamed), with modification time ``mtime``, named by it and ``index``."""
+    name = f"{prefix}-{int(mtime * 1000)}-{index:06d}.{extension}"
+    hidden = folder / f".{name}.tmp"
+    hidden.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.utime(hidden, (mtime, mtime))
+    hidden.rename(folder / name)
+    return str(folder / name)
+
+
+def _next_mtime(folder: Path) -> float:
+    """A modification time after every file already in ``folder`` and not before now."""
+    existing = [p.stat().st_mtime for p in folder.iterdir() if p.is_file()]
+    return max([time.time(), *(m + 0.01 for m in existing)])
+
+
 def land_files(
     files: Iterable[Sequence[str]],
     folder: str | Path,
@@ -216,25 +356,18 @@ def land_files(
     rate: float | None = None,
 ) -> list[str]:
     """Land each list of lines as one file, in order. Each file appears atomically
-    (written under a hidden name, then renamed) with a strictly increasing
-    modification time, because Spark's file source takes files in mtime order.
-    ``rate`` paces the files to that many lines per second."""
+    with a strictly increasing modification time, because Spark's file source
+    takes files in mtime order. ``rate`` paces the files to that many lines per second."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    existing = [p.stat().st_mtime for p in folder.iterdir() if p.is_file()]
-    mtime = max([time.time(), *(m + 0.01 for m in existing)])
+    mtime = _next_mtime(folder)
     written = []
     started = time.monotonic()
     sent = 0
     for index, lines in enumerate(files):
         # Its landing moment (ingest_time), kept strictly after the previous file's.
         mtime = max(mtime, time.time())
-        name = f"{prefix}-{int(mtime * 1000)}-{index:06d}.{extension}"
-        hidden = folder / f".{name}.tmp"
-        hidden.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        os.utime(hidden, (mtime, mtime))
-        hidden.rename(folder / name)
-        written.append(str(folder / name))
+        written.append(land_file(folder, lines, mtime, prefix, index, extension))
         mtime += 0.01
         sent += len(lines)
         if rate:
@@ -251,30 +384,31 @@ def write_landing(
     prefix: str = "part",
 ) -> list[str]:
     """Land generated records as files of ``records_per_file``, in arrival order."""
-
-    def lines(batch: Sequence[Generated]) -> list[str]:
-        if file_format == "csv":
-            return [",".join(FIELDS), *(as_csv_line(r) for r in batch)]
-        return [r.line for r in batch]
-
     return land_files(
-        (lines(batch) for batch in chunk(records, records_per_file)), folder, file_format, prefix, rate
+        (batch_lines(batch, file_format) for batch in chunk(records, records_per_file)),
+        folder,
+        file_format,
+        prefix,
+        rate,
     )
+
+
+def batch_lines(batch: Sequence[Generated], file_format: str) -> list[str]:
+    """A file's lines for ``batch``: JSON lines, or CSV with its header."""
+    if file_format == "csv":
+        return [",".join(FIELDS), *(as_csv_line(r) for r in batch)]
+    return [r.line for r in batch]
 
 
 def send_to_kafka(
     records: Sequence[Generated], bootstrap_servers: str, topic: str, rate: float | None = None
 ) -> None:
     """Produce each record to its own partition, in arrival order."""
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5)
     started = time.monotonic()
-    try:
-        for sent, record in enumerate(records, start=1):
-            producer.send(topic, record.line.encode("utf-8"), partition=record.partition)
-            if rate and sent % 100 == 0:
+    sent = 0
+    with kafka_sender(bootstrap_servers, topic) as send:
+        for batch in chunk(records, 100):
+            send(list(batch))
+            sent += len(batch)
+            if rate:
                 time.sleep(max(0.0, sent / rate - (time.monotonic() - started)))
-        producer.flush()
-    finally:
-        producer.close()

@@ -1,0 +1,117 @@
+"""The live feed: telemetry sent as it happens (``tidemark generate --live``, the demo's feed)."""
+
+import itertools
+
+from spark_jobs.generator import (
+    LIVE_LATE_DELAY_MS,
+    LIVE_LEAD_MS,
+    LIVE_SEGMENT_MS,
+    FleetSpec,
+    feed_live,
+    file_sender,
+    live_records,
+    send_as_due,
+)
+
+FLEET = FleetSpec(devices=12, partitions=3, seed=4, start_ms=1_000_000, duration_ms=60_000, interval_ms=2_000)
+
+
+class FakeClock:
+    """Wall-clock seconds that move only when the feed sleeps."""
+
+    def __init__(self, start_s: float) -> None:
+        self.now = start_s
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_live_records_come_in_arrival_order_across_segments():
+    arrivals = [record.arrival_ms for record in itertools.islice(live_records(FLEET), 2_000)]
+    assert arrivals == sorted(arrivals)
+    assert arrivals[-1] > FLEET.start_ms + 2 * FLEET.duration_ms  # more than one segment was read
+
+
+def test_live_records_continue_every_device_into_the_next_segment():
+    second = FLEET.start_ms + FLEET.duration_ms
+    devices = {
+        record.payload["device_id"]
+        for record in itertools.islice(live_records(FLEET), 2_000)
+        if record.payload and second <= record.payload["ts"] < second + FLEET.duration_ms
+    }
+    assert devices == {f"dev-{index:05d}" for index in range(FLEET.devices)}
+
+
+def test_a_quiet_partition_is_quiet_in_every_other_segment_only():
+    fleet = FleetSpec(**{**FLEET.__dict__, "quiet_partitions": 1})
+    quiet = fleet.partitions - 1
+    per_segment: dict[int, set[int]] = {}
+    for record in itertools.islice(live_records(fleet), 3_000):
+        if record.payload and not record.late:
+            segment = (record.payload["ts"] - fleet.start_ms) // fleet.duration_ms
+            offset = (record.payload["ts"] - fleet.start_ms) % fleet.duration_ms
+            if offset >= fleet.duration_ms * 0.6:  # past the point where it goes quiet
+                per_segment.setdefault(segment, set()).add(record.partition)
+    assert quiet in per_segment[0]
+    assert quiet not in per_segment[1]
+    assert quiet in per_segment[2]
+
+
+def test_send_as_due_sends_each_record_once_in_the_tick_its_arrival_has_come():
+    clock = FakeClock(FLEET.start_ms / 1000)
+    batches: list[tuple[float, list]] = []
+    manifest = send_as_due(
+        live_records(FLEET),
+        lambda batch: batches.append((clock.now * 1000, batch)),
+        until_ms=FLEET.start_ms + 30_000,
+        clock=clock.time,
+        sleep=clock.sleep,
+    )
+    sent = [record for _, batch in batches for record in batch]
+    assert all(record.arrival_ms <= moment for moment, batch in batches for record in batch)
+    assert all(record.arrival_ms > moment - 1_000 for moment, batch in batches[1:] for record in batch)
+    # Ticks at 0, 1, ..., 29 s: the last sends what arrived by 29 s.
+    last_tick = FLEET.start_ms + 29_000
+    expected = list(itertools.takewhile(lambda r: r.arrival_ms <= last_tick, live_records(FLEET)))
+    assert sent == expected
+    assert manifest.records == len(expected)
+    assert manifest.valid + sum(manifest.rejected.values()) == manifest.records
+
+
+def test_an_interrupted_feed_returns_what_it_sent():
+    clock = FakeClock(FLEET.start_ms / 1000)
+    sent: list = []
+
+    def sleep(seconds: float) -> None:
+        if clock.now * 1000 >= FLEET.start_ms + 5_000:
+            raise KeyboardInterrupt
+        clock.sleep(seconds)
+
+    manifest = send_as_due(live_records(FLEET), sent.extend, clock=clock.time, sleep=sleep)
+    assert manifest.records == len(sent) > 0
+
+
+def test_a_live_feed_starts_minutes_back_with_uploads_minutes_late():
+    clock = FakeClock(5_000_000)
+    sent: list = []
+    fleet = FleetSpec(devices=20, partitions=2, seed=1, interval_ms=2_000, late_ratio=0.1)
+    feed_live(fleet, sent.extend, duration_ms=LIVE_SEGMENT_MS, clock=clock.time, sleep=clock.sleep)
+    first_event = min(record.payload["ts"] for record in sent if record.payload and "ts" in record.payload)
+    assert 5_000_000_000 - LIVE_LEAD_MS <= first_event < 5_000_000_000 - LIVE_LEAD_MS + fleet.interval_ms
+    delays = [record.arrival_ms - record.payload["ts"] for record in sent if record.late]
+    assert delays and all(LIVE_LATE_DELAY_MS[0] <= delay <= LIVE_LATE_DELAY_MS[1] for delay in delays)
+
+
+def test_the_file_sender_lands_a_file_per_batch_in_arrival_order(tmp_path):
+    records = list(itertools.islice(live_records(FLEET), 30))
+    send = file_sender(tmp_path, "json")
+    send(records[:10])
+    send(records[10:])
+    files = sorted(tmp_path.iterdir(), key=lambda path: path.stat().st_mtime)
+    assert [len(path.read_text().splitlines()) for path in files] == [10, 20]
+    assert [line for path in files for line in path.read_text().splitlines()] == [r.line for r in records]
+    assert files[0].stat().st_mtime < files[1].stat().st_mtime
+    assert not list(tmp_path.glob(".*"))  # nothing half-written is left visible
