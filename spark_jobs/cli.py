@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from spark_jobs import __version__
+from spark_jobs.arguments import (
+    BAD_INPUT,
+    EXAMPLE_PIPELINE,
+    FAILED,
+    config_error_message,
+    non_negative_int,
+    port,
+    positive_float,
+    positive_int,
+    print_error,
+    share,
+    with_examples,
+)
 from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
 from spark_jobs.sql_client import DEFAULT_HOST, DEFAULT_PORT, FORMATS
 
@@ -25,11 +38,11 @@ def _validate(args: argparse.Namespace) -> int:
         try:
             config = load_pipeline(path)
         except ConfigError as error:
-            print(f"tidemark: invalid pipeline: {error}", file=sys.stderr)
+            print_error("validate", config_error_message(error))
             failed += 1
         else:
             print(f"{path}: pipeline {config.name!r} is valid")
-    return 2 if failed else 0
+    return BAD_INPUT if failed else 0
 
 
 def _tables(args: argparse.Namespace) -> int:
@@ -115,8 +128,8 @@ def _sql(args: argparse.Namespace) -> int:
     if result:
         print(result)
     if code:
-        print(f"tidemark sql: {error}", file=sys.stderr)
-        return 1
+        print_error("sql", error)
+        return FAILED
     return 0
 
 
@@ -132,6 +145,9 @@ def _generate(args: argparse.Namespace) -> int:
     )
     from spark_jobs.tables import TableRegistry
 
+    if args.quiet_partitions >= args.partitions:
+        problem = f"must leave a partition sending: below --partitions ({args.partitions})"
+        raise ConfigError("--quiet-partitions", f"{problem}; got {args.quiet_partitions}")
     config = load_pipeline(args.pipeline)
     duration_ms = parse_duration(args.duration, "--duration", allow_zero=False) if args.duration else None
     spec = FleetSpec(
@@ -180,23 +196,13 @@ def _generate_live(
         return feed_live(spec, send, malformed_kinds(config.source.kind), duration_ms)
 
 
-def _number(kind: type, accepts: Callable[[float], bool], expected: str) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or value != value or not accepts(value):  # value != value: NaN
-            raise argparse.ArgumentTypeError(f"expected {expected}; got {text!r}")
-        return value
-
-    return parse
-
-
-positive_int = _number(int, lambda value: value > 0, "a whole number above 0")
-non_negative_int = _number(int, lambda value: value >= 0, "a whole number, 0 or more")
-positive_float = _number(float, lambda value: 0 < value < float("inf"), "a finite number above 0")
-share = _number(float, lambda value: 0 <= value <= 1, "a share between 0 and 1")
+def _command(
+    commands: argparse._SubParsersAction, name: str, summary: str, *examples: str
+) -> argparse.ArgumentParser:
+    """A subcommand parsed here: ``summary`` in the command list and atop its help."""
+    return with_examples(
+        commands.add_parser(name, help=summary, description=f"{summary[0].upper()}{summary[1:]}."), *examples
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -204,14 +210,32 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tidemark",
         description="Event-time streaming on Spark + Delta Lake, orchestrated by Airflow.",
     )
+    with_examples(
+        parser,
+        f"tidemark validate {EXAMPLE_PIPELINE}",
+        "tidemark generate --pipeline telemetry --devices 20 --duration 30m",
+        "tidemark run --pipeline telemetry --trigger available-now",
+    )
     parser.add_argument("--version", action="version", version=f"tidemark {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    validate = commands.add_parser("validate", help="check pipeline files and report the first error of each")
+    validate = _command(
+        commands,
+        "validate",
+        "check pipeline files and report the first error of each",
+        f"tidemark validate {EXAMPLE_PIPELINE}",
+        "tidemark validate spark_jobs/pipelines/*.yaml",
+    )
     validate.add_argument("pipeline", nargs="+", help="pipeline YAML file(s)")
     validate.set_defaults(handler=_validate)
 
-    tables = commands.add_parser("tables", help="list a pipeline's tables (paths and SQL names)")
+    tables = _command(
+        commands,
+        "tables",
+        "list a pipeline's tables (paths and SQL names)",
+        f"tidemark tables --pipeline {EXAMPLE_PIPELINE}",
+        "tidemark tables --pipeline telemetry --create --counts",
+    )
     tables.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     tables.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     tables.add_argument("--create", action="store_true", help="create the tables that do not exist yet")
@@ -227,33 +251,51 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve every table over SQL (Spark Thrift Server); see `tidemark sql-server --help`",
         add_help=False,
     )
-    sql = commands.add_parser("sql", help="run SQL on the SQL server, or open its interactive client")
+    sql = _command(
+        commands,
+        "sql",
+        "run SQL on the SQL server, or open its interactive client",
+        'tidemark sql "SELECT * FROM gold.telemetry_region_hourly LIMIT 10"',
+        'tidemark sql --format csv "SELECT count(*) FROM bronze.telemetry"',
+        "tidemark sql",
+    )
     sql.add_argument("query", nargs="?", help="statements separated by ';' (none: interactive beeline)")
-    sql.add_argument("--host", default=DEFAULT_HOST, help=f"the SQL server address ({DEFAULT_HOST})")
-    sql.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the SQL server's port ({DEFAULT_PORT})")
+    sql.add_argument("--host", default=DEFAULT_HOST, help="the SQL server's address")
+    sql.add_argument("--port", type=port, default=DEFAULT_PORT, help="the SQL server's port")
     sql.add_argument("--format", choices=sorted(FORMATS), default="table", help="result format")
     sql.set_defaults(handler=_sql)
 
-    gen = commands.add_parser(
-        "generate", help="generate scooter telemetry into a pipeline's landing zone or Kafka topic"
+    gen = _command(
+        commands,
+        "generate",
+        "generate scooter telemetry into a pipeline's landing zone or Kafka topic",
+        "tidemark generate --pipeline telemetry --devices 20 --late-ratio 0.05",
+        "tidemark generate --pipeline telemetry --live --interval 5s --duration 10m",
     )
     gen.add_argument("--pipeline", required=True, help=f"{PIPELINE_HELP}; where the data goes")
     gen.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
-    gen.add_argument("--devices", type=positive_int, default=50)
-    gen.add_argument("--partitions", type=positive_int, default=4)
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--devices", type=positive_int, default=50, help="scooters in the fleet")
+    gen.add_argument(
+        "--partitions", type=positive_int, default=4, help="source partitions the devices are hashed to"
+    )
+    gen.add_argument("--seed", type=int, default=0, help="random seed: the same seed, the same data")
     gen.add_argument(
         "--duration",
-        help="event-time span of the data (default 1h); with --live, how long to send "
+        help="event-time span of the data (default: 1h); with --live, how long to send "
         "(default: until stopped)",
     )
-    gen.add_argument("--interval", default="10s", help="how often each device sends a track (default 10s)")
+    gen.add_argument("--interval", default="10s", help="how often each device sends a track")
     gen.add_argument("--late-ratio", type=share, default=0.0, help="share of records uploaded late")
     gen.add_argument("--malformed-ratio", type=share, default=0.0, help="share of malformed records")
     gen.add_argument(
         "--quiet-partitions", type=non_negative_int, default=0, help="partitions that go quiet half-way"
     )
-    gen.add_argument("--records-per-file", type=positive_int, default=1000)
+    gen.add_argument(
+        "--records-per-file",
+        type=positive_int,
+        default=1000,
+        help="records per landing file, for a file source",
+    )
     gen.add_argument("--rate", type=positive_float, help="records per second (default: as fast as possible)")
     gen.add_argument(
         "--live",
@@ -266,17 +308,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Every error ends as ``tidemark <command>: error: <message>`` on stderr (see
+    :func:`print_error`): exit 2 for a bad command line or pipeline file, before
+    anything runs, 1 for a failure while running. The jobs report their own the
+    same way (``exit_on_config_error``)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in JOBS:
-        return _run_job(argv[0], argv[1:])
-    if argv and argv[0] == "sql-server":
-        return _sql_server(argv[1:])
-    args = build_parser().parse_args(argv)
+    command = argv[0] if argv else None
+    if command in JOBS:
+        return _run_job(command, argv[1:])
     try:
+        if command == "sql-server":
+            return _sql_server(argv[1:])
+        args = build_parser().parse_args(argv)
+        command = args.command
         return args.handler(args)
     except ConfigError as error:
-        print(f"tidemark: invalid pipeline: {error}", file=sys.stderr)
-        return 2
+        print_error(command, config_error_message(error))
+        return BAD_INPUT
+    except OSError as error:  # a file, a folder or a program that could not be used
+        print_error(command, str(error))
+        return FAILED
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
 from spark_jobs.engine.clocks import judged_version
 from spark_jobs.engine.watermark_steps import advance_idle
@@ -146,12 +147,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tidemark check-idle",
         description="Mark idle partitions, advance the watermark of quiet streams, report stalled ones.",
     )
+    with_examples(
+        parser,
+        "tidemark check-idle --pipeline telemetry",
+        "tidemark check-idle --pipeline telemetry --stall-after 15m",
+    )
     parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     parser.add_argument(
         "--stall-after",
         default=DEFAULT_STALL_AFTER,
-        help=f"a backlog older than this means its stream is stalled: exit 3 (default {DEFAULT_STALL_AFTER})",
+        help="a backlog older than this means its stream is stalled: exit 3",
     )
     return parser
 

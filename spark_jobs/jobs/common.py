@@ -13,10 +13,11 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TypeVar
 
 from delta.exceptions import (
@@ -32,6 +33,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from spark_jobs.arguments import BAD_INPUT, config_error_message, print_error, with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline, parse_duration
 from spark_jobs.sources.progress import SourceProgress
 from spark_jobs.sql import local_rows
@@ -65,8 +67,15 @@ CONFLICTS = (
 Result = TypeVar("Result")
 
 
-def job_parser(job: str, description: str) -> argparse.ArgumentParser:
+def job_parser(job: str, description: str, examples: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """A streaming job's parser; ``examples`` (default: a continuous and an
+    available-now run of the demo pipeline) end its help."""
     parser = argparse.ArgumentParser(prog=f"tidemark {job}", description=description)
+    runs = (
+        f"tidemark {job} --pipeline telemetry --interval 30s",
+        f"tidemark {job} --pipeline telemetry --trigger available-now",
+    )
+    with_examples(parser, *(examples or runs))
     parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     parser.add_argument(
@@ -75,9 +84,7 @@ def job_parser(job: str, description: str) -> argparse.ArgumentParser:
         default="continuous",
         help="continuous: a micro-batch every --interval; available-now: drain the backlog and exit",
     )
-    parser.add_argument(
-        "--interval", default="10s", help="micro-batch interval in continuous mode (default 10s)"
-    )
+    parser.add_argument("--interval", default="10s", help="micro-batch interval in continuous mode")
     parser.add_argument(
         "--checkpoint", help="checkpoint folder (default: <lakehouse>/_checkpoints/<pipeline>/<job>)"
     )
@@ -501,16 +508,18 @@ def crash_point(step: str) -> None:
 
 
 def exit_on_config_error(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
-    """A bad argument or pipeline file exits 2 with the culprit named on stderr, as
-    argparse does for malformed arguments; main raises ConfigError before Spark starts."""
+    """A bad argument or pipeline file exits 2 with the culprit named on stderr, in
+    the form argparse uses for malformed arguments (``tidemark <job>: error: ...``);
+    main raises ConfigError before Spark starts."""
+    # The job's command, from its module's file: spark-submit runs it as __main__.
+    command = Path(main.__code__.co_filename).stem.replace("_", "-")
 
     @functools.wraps(main)
     def wrapped(argv: list[str] | None = None) -> int:
         try:
             return main(argv)
         except ConfigError as error:
-            kind = "invalid argument" if error.field.startswith("--") else "invalid pipeline"
-            print(f"tidemark: {kind}: {error}", file=sys.stderr)
-            return 2
+            print_error(command, config_error_message(error))
+            return BAD_INPUT
 
     return wrapped

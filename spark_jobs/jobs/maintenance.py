@@ -21,6 +21,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.arguments import with_examples
 from spark_jobs.catalog import qualified_name, register_tables
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
 from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error, retry_on_conflict
@@ -62,11 +63,19 @@ def checkpoint_report(registry: TableRegistry) -> list[str]:
 
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tidemark maintenance", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="tidemark maintenance",
+        description="OPTIMIZE and VACUUM every Delta table of a pipeline, report its checkpoints' sizes.",
+    )
+    with_examples(
+        parser,
+        "tidemark maintenance --pipeline telemetry",
+        "tidemark maintenance --pipeline telemetry --retain 336h",
+    )
     parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     parser.add_argument(
-        "--retain", default="168h", help="history VACUUM keeps (default 168h, Delta's own default)"
+        "--retain", default="168h", help="how much history VACUUM keeps; the default is Delta's own"
     )
     args = parser.parse_args(argv)
     retain_hours = parse_duration(args.retain, "--retain", allow_zero=False) / HOUR_MS

@@ -34,6 +34,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
 from spark_jobs.engine import detector
 from spark_jobs.engine.gold_store import changed_keys, refresh_gold
@@ -347,6 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidemark merge-late",
         description="Fold pending quarantined late records into their silver windows and gold.",
+    )
+    with_examples(
+        parser,
+        "tidemark merge-late --pipeline telemetry --dry-run",
+        "tidemark merge-late --pipeline telemetry --from 2026-01-01 --to 2026-01-02",
     )
     parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline
 from spark_jobs.engine import watermark_steps
 from spark_jobs.generator import land_files
@@ -241,11 +242,16 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replay a static JSON-lines or CSV file through bronze and silver, "
         "in file order, with controlled micro-batches.",
     )
+    with_examples(
+        parser,
+        "tidemark replay --pipeline telemetry --input history.json --flush",
+        "tidemark replay --pipeline telemetry --input history.json --batch-size 500",
+    )
     parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--input", required=True, type=Path, help="input file in the pipeline's format")
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     cut = parser.add_mutually_exclusive_group()
-    cut.add_argument("--batch-size", type=int, help="records per micro-batch (default 1000)")
+    cut.add_argument("--batch-size", type=int, help="records per micro-batch (default: 1000)")
     cut.add_argument("--batch-column", help="a new micro-batch wherever this column's value changes")
     parser.add_argument("--flush", action="store_true", help="end of input: the watermark moves to +inf")
     return parser

@@ -75,7 +75,12 @@ def run(spark: SparkSession, pipeline: JobContext, flush: bool = False) -> int:
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser(
-        "run", "A pipeline's bronze, silver, gold and offline streams as queries of one Spark application."
+        "run",
+        "A pipeline's bronze, silver, gold and offline streams as queries of one Spark application.",
+        (
+            "tidemark run --pipeline telemetry --interval 30s",
+            "tidemark run --pipeline telemetry --trigger available-now --flush",
+        ),
     )
     parser.add_argument(
         "--flush",

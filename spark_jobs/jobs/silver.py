@@ -208,7 +208,14 @@ def run(spark: SparkSession, context: JobContext) -> int:
 
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> int:
-    parser = job_parser("silver", "Event-time windows, quarantine and watermarks from bronze.")
+    parser = job_parser(
+        "silver",
+        "Event-time windows, quarantine and watermarks from bronze.",
+        (
+            "tidemark silver --pipeline telemetry --interval 30s",
+            "tidemark silver --pipeline telemetry --trigger available-now --flush",
+        ),
+    )
     parser.add_argument(
         "--flush",
         action="store_true",

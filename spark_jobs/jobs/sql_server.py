@@ -18,6 +18,8 @@ import socket
 import sys
 import time
 
+from spark_jobs.arguments import port as port_number
+from spark_jobs.arguments import with_examples
 from spark_jobs.catalog import (
     catalog_tables,
     lakehouse_tables,
@@ -34,7 +36,16 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tidemark sql-server", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="tidemark sql-server",
+        description="A Spark Thrift Server (HiveServer2 protocol) over every Delta table of the "
+        "lakehouse, each under its layer schema (bronze.telemetry, ops.runs...).",
+    )
+    with_examples(
+        parser,
+        "tidemark sql-server",
+        "tidemark sql-server --pipeline telemetry --port 10001",
+    )
     parser.add_argument(
         "--pipeline",
         action="append",
@@ -42,27 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
         "else the shipped pipelines); tables found under the lakehouse need none",
     )
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
-    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="default 10000")
+    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help="the port to listen on")
     parser.add_argument(
         "--host",
         default=DEFAULT_HOST,
-        help="address to listen on (default 127.0.0.1; 0.0.0.0 exposes the server to the network)",
+        help="address to listen on; 0.0.0.0 exposes the server to the network",
     )
-    parser.add_argument(
-        "--refresh", default="10s", help="how often tables created later are registered (default 10s)"
-    )
+    parser.add_argument("--refresh", default="10s", help="how often tables created later are registered")
     parser.add_argument(
         "--state-dir",
         help="metastore folder (default: <lakehouse>/_sql for a local lakehouse, else ./.tidemark/sql)",
     )
     return parser
-
-
-def port_number(value: str) -> int:
-    port = int(value) if value.isdigit() else -1
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port between 1 and 65535; got {value!r}")
-    return port
 
 
 def state_dir(args: argparse.Namespace) -> str:

@@ -1,6 +1,7 @@
 """Bad command lines for every job, through the ``tidemark`` dispatch: exit code 2,
-the culprit named on stderr, and refused before Spark starts, so nothing is written
-(the jobs' ``build_session`` is replaced by one that fails the test)."""
+the culprit named on stderr in the one form every command uses
+(``tidemark <command>: error: <message>``), and refused before Spark starts, so
+nothing is written (the jobs' ``build_session`` is replaced by one that fails the test)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def sandbox(tmp_path, monkeypatch) -> Path:
     document["source"]["format"] = "csv"
     (tmp_path / "csv.yaml").write_text(yaml.safe_dump(document))
     (tmp_path / "broken.yaml").write_text("pipeline: telemetry\nschema: [\n")
+    (tmp_path / "bad-name.yaml").write_text("pipeline: Bad-Name\n")
     return tmp_path
 
 
@@ -48,7 +50,9 @@ def files_under(folder: Path) -> dict[str, bytes]:
 
 
 def refused(argv: list[str], capsys: pytest.CaptureFixture[str], sandbox: Path) -> str:
-    """Run ``tidemark <argv>``; it must exit 2 and write nothing. Returns its stderr."""
+    """Run ``tidemark <argv>``; it must exit 2, write nothing and say why in one
+    message of the one form, after argparse's usage line when argparse refused it,
+    with no traceback. Returns its stderr."""
     before = files_under(sandbox)
     try:
         code = tidemark(argv)
@@ -58,7 +62,14 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str], sandbox: Path) 
     assert code == 2, captured
     assert files_under(sandbox) == before, "a refused job wrote files"
     assert not (sandbox / "lakehouse").exists()
-    return captured.err
+    err = captured.err
+    form = f"tidemark {argv[0]}: error: "
+    if err.startswith("usage: "):
+        assert err.startswith(f"usage: tidemark {argv[0]} ") and f"\n{form}" in err, err
+    else:
+        assert err.startswith(form), err
+    assert err.count(": error: ") == 1 and "Traceback" not in err, err
+    return err
 
 
 STREAM_CASES = [
@@ -135,10 +146,63 @@ def test_batch_jobs_and_replay_refuse_bad_arguments(argv, named, capsys, sandbox
 
 def test_the_message_says_which_argument_and_why(capsys, sandbox):
     err = refused(["replay", "--pipeline", TELEMETRY, "--input", "nowhere.json"], capsys, sandbox)
-    assert (
-        err.strip()
-        == "tidemark: invalid argument: --input: cannot read nowhere.json: No such file or directory"
-    )
+    assert err == "tidemark replay: error: --input: cannot read nowhere.json: No such file or directory\n"
+
+
+UNKNOWN = "--pipeline: no file 'nosuch' and no configured pipeline of that name"
+MISSING = "invalid pipeline: <file>: cannot read nowhere.yaml: No such file or directory"
+ONE_FORM = [
+    # a bad duration
+    (
+        ["generate", "--pipeline", TELEMETRY, "--duration", "10"],
+        "--duration: expected a duration such as 500ms",
+    ),
+    (["bronze", "--pipeline", TELEMETRY, "--interval", "0s"], "--interval: must be positive; got '0s'"),
+    (["maintenance", "--pipeline", TELEMETRY, "--retain", "1 week"], "--retain: expected a duration such as"),
+    # an unknown pipeline name
+    (["tables", "--pipeline", "nosuch"], UNKNOWN),
+    (["check-idle", "--pipeline", "nosuch"], UNKNOWN),
+    (["validate", "nosuch"], UNKNOWN),
+    # a pipeline file that does not exist
+    (["generate", "--pipeline", "nowhere.yaml"], MISSING),
+    (["merge-late", "--pipeline", "nowhere.yaml"], MISSING),
+    (["validate", "nowhere.yaml"], MISSING),
+    # an invalid pipeline file
+    (["tables", "--pipeline", "bad-name.yaml"], "invalid pipeline: bad-name.yaml: pipeline: must match"),
+    (["offline", "--pipeline", "bad-name.yaml"], "invalid pipeline: bad-name.yaml: pipeline: must match"),
+    (["validate", "broken.yaml"], "invalid pipeline: broken.yaml: <file>: not valid YAML"),
+    (["gold", "--pipeline", "broken.yaml"], "invalid pipeline: broken.yaml: <file>: not valid YAML"),
+    # arguments that parse but do not fit together
+    (
+        ["generate", "--pipeline", TELEMETRY, "--partitions", "2", "--quiet-partitions", "2"],
+        "--quiet-partitions: must leave a partition sending: below --partitions (2); got 2",
+    ),
+    (["run", "--pipeline", TELEMETRY, "--flush"], "--flush: needs --trigger available-now"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"), ONE_FORM, ids=[" ".join(a for a in c[0] if a != TELEMETRY) for c in ONE_FORM]
+)
+def test_bad_input_is_reported_in_one_form(argv, message, capsys, sandbox, monkeypatch):
+    monkeypatch.delenv("TIDEMARK_PIPELINES", raising=False)
+    assert refused(argv, capsys, sandbox).startswith(f"tidemark {argv[0]}: error: {message}")
+
+
+USAGE_ERRORS = [
+    (["sql", "--port", "0"], "argument --port: expected a TCP port between 1 and 65535; got '0'"),
+    (["sql-server", "--port", "x"], "argument --port: expected a TCP port between 1 and 65535; got 'x'"),
+    (["replay", "--pipeline", TELEMETRY], "the following arguments are required: --input"),
+    (["tables"], "the following arguments are required: --pipeline"),
+    (["check-idle", "--pipeline", TELEMETRY, "--bogus"], "unrecognized arguments: --bogus"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), USAGE_ERRORS, ids=[c[0][0] for c in USAGE_ERRORS])
+def test_argparse_refusals_keep_the_usage_line_and_take_the_same_form(argv, message, capsys, sandbox):
+    usage, *_, error = refused(argv, capsys, sandbox).rstrip("\n").split("\n")
+    assert usage.startswith(f"usage: tidemark {argv[0]} ")
+    assert error == f"tidemark {argv[0]}: error: {message}"
 
 
 def test_a_merge_before_any_quarantine_exists_has_nothing_to_do(capsys, sandbox):
