@@ -20,6 +20,7 @@ from airflow.sdk.types import DagRunProtocol, RuntimeTaskInstanceProtocol
 from tidemark_airflow.operators import (
     GOLD_ASSET,
     PIPELINE_ARGS,
+    QUARANTINE_ASSET,
     STATUS_ASSET,
     SupervisedStreamOperator,
     TidemarkJobOperator,
@@ -71,7 +72,9 @@ def tidemark_streaming() -> None:
                 task_id=job,
                 job=job,
                 job_args=[*PIPELINE_ARGS, "--trigger", "available-now"],
-                outlets={"gold": [GOLD_ASSET], "offline": [STATUS_ASSET]}.get(job, []),
+                outlets={"silver": [QUARANTINE_ASSET], "gold": [GOLD_ASSET], "offline": [STATUS_ASSET]}.get(
+                    job, []
+                ),
             )
             for job in STREAMS
         }
@@ -80,7 +83,7 @@ def tidemark_streaming() -> None:
             task_id="pipeline",
             job="run",
             job_args=[*PIPELINE_ARGS, "--trigger", "available-now"],
-            outlets=[GOLD_ASSET, STATUS_ASSET],
+            outlets=[QUARANTINE_ASSET, GOLD_ASSET, STATUS_ASSET],
         )
 
     with TaskGroup("continuous") as continuous:

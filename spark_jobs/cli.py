@@ -181,19 +181,20 @@ def _generate_live(
 ) -> Manifest:
     import contextlib
     import signal
+    import threading
 
     from spark_jobs.generator import feed_live, file_sender, kafka_sender, malformed_kinds
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # stopped as by Ctrl-C: the counts of what was sent still print
-
-    signal.signal(signal.SIGTERM, interrupt)
+    # Ctrl-C and SIGTERM stop the feed between ticks: what it sent is whole and counted.
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda signum, frame: stop.set())
     if config.source.kind == "kafka":
         sender = kafka_sender(config.source.bootstrap_servers, config.source.topic)
     else:
         sender = contextlib.nullcontext(file_sender(landing, config.source.format))
     with sender as send:
-        return feed_live(spec, send, malformed_kinds(config.source.kind), duration_ms)
+        return feed_live(spec, send, malformed_kinds(config.source.kind), duration_ms, stop.is_set)
 
 
 def _command(

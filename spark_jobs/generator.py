@@ -96,6 +96,7 @@ class Manifest:
     rejected: dict[str, int] = field(default_factory=dict)
     per_partition: dict[int, int] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    live_fleet: dict | None = None  # a live feed's first segment (live_template), as asdict gives it
 
     @classmethod
     def of(cls, records: Sequence[Generated]) -> Manifest:
@@ -229,29 +230,39 @@ def send_as_due(
     records: Iterator[Generated],
     send: Callable[[list[Generated]], None],
     until_ms: float | None = None,
+    stopped: Callable[[], bool] = lambda: False,
     tick_s: float = 1.0,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Manifest:
     """Every ``tick_s``, send the records whose arrival time has come on the wall
-    clock (as one batch; an empty tick sends nothing), until ``until_ms`` or an
-    interrupt (Ctrl-C). What was sent, counted."""
+    clock (as one batch; an empty tick sends nothing), until ``until_ms`` or until
+    ``stopped()`` (checked between ticks, so a batch is never half sent or sent
+    uncounted). What was sent, counted."""
     manifest = Manifest()
     upcoming = next(records)
-    try:
-        while until_ms is None or clock() * 1000 < until_ms:
-            now_ms = clock() * 1000
-            due = []
-            while upcoming.arrival_ms <= now_ms:
-                due.append(upcoming)
-                upcoming = next(records)
-            if due:
-                send(due)
-                manifest.add(due)
-            sleep(tick_s)
-    except KeyboardInterrupt:
-        pass
+    while not stopped() and (until_ms is None or clock() * 1000 < until_ms):
+        now_ms = clock() * 1000
+        due = []
+        while upcoming.arrival_ms <= now_ms:
+            due.append(upcoming)
+            upcoming = next(records)
+        if due:
+            send(due)
+            manifest.add(due)
+        sleep(tick_s)
     return manifest
+
+
+def live_template(spec: FleetSpec, start_ms: int) -> FleetSpec:
+    """The first segment of a live feed of ``spec``'s fleet whose data starts at ``start_ms``."""
+    return replace(spec, start_ms=start_ms, duration_ms=LIVE_SEGMENT_MS, late_delay_ms=LIVE_LATE_DELAY_MS)
+
+
+def fleet_of(document: dict) -> FleetSpec:
+    """The fleet ``asdict`` (or JSON) made ``document`` of."""
+    pairs = {name: tuple(document[name]) for name in ("late_delay_ms", "offline_gap_ms")}
+    return FleetSpec(**{**document, **pairs})
 
 
 def feed_live(
@@ -259,22 +270,21 @@ def feed_live(
     send: Callable[[list[Generated]], None],
     kinds: Sequence[str] = MALFORMED_KINDS,
     duration_ms: int | None = None,
+    stopped: Callable[[], bool] = lambda: False,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Manifest:
     """Send ``spec``'s fleet as it happens for ``duration_ms`` (None: until
-    interrupted). The data starts ``LIVE_LEAD_MS`` back, so windows fire from the
+    ``stopped()``). The data starts ``LIVE_LEAD_MS`` back, so windows fire from the
     first batch, and comes in segments of ``LIVE_SEGMENT_MS`` with late uploads
-    ``LIVE_LATE_DELAY_MS`` late."""
+    ``LIVE_LATE_DELAY_MS`` late. What was sent is the first ``records`` of
+    ``live_records(fleet_of(live_fleet), kinds)``."""
     now_ms = clock() * 1000
-    template = replace(
-        spec,
-        start_ms=int(now_ms) - LIVE_LEAD_MS,
-        duration_ms=LIVE_SEGMENT_MS,
-        late_delay_ms=LIVE_LATE_DELAY_MS,
-    )
+    template = live_template(spec, int(now_ms) - LIVE_LEAD_MS)
     until_ms = None if duration_ms is None else now_ms + duration_ms
-    return send_as_due(live_records(template, kinds), send, until_ms, clock=clock, sleep=sleep)
+    manifest = send_as_due(live_records(template, kinds), send, until_ms, stopped, clock=clock, sleep=sleep)
+    manifest.live_fleet = asdict(template)
+    return manifest
 
 
 def file_sender(folder: str | Path, file_format: str) -> Callable[[list[Generated]], None]:

@@ -36,6 +36,7 @@ LONGEST_FIRST = (
     "test_fault_injection.py",
     "test_late_merge.py",
     "test_airflow_e2e.py",
+    "test_live_demo.py",
     "test_crash_points.py",
     "test_bronze_ingest.py",
     "test_sql_server.py",

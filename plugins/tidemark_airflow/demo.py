@@ -1,48 +1,74 @@
-"""``make demo``: the whole pipeline under a real ``airflow standalone``.
+"""``make demo``: the demo pipeline live under a real ``airflow standalone``.
 
-Generates scooter telemetry (with late uploads and malformed records) into the
-demo pipeline's landing zone, starts Airflow with the repository's DAGs and
-plugin, runs the streaming DAG (available-now), a late merge and an idleness
-check through Airflow's REST API, as a person would from the UI, and prints
-where to look and a row count per table. ``make stop`` stops Airflow.
+A feed (``tidemark generate --live``) lands current scooter telemetry in the
+``telemetry`` pipeline's landing zone every second, with late uploads, a
+partition that goes quiet every other few minutes and malformed records. Airflow
+supervises the pipeline's four streams, running continuously as one Spark
+application (``tidemark_streaming`` in continuous mode), and its late merge runs
+once late records have accumulated. The demo returns once silver has judged the
+first records, printing where to look; everything keeps running until ``make stop``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from tidemark_airflow.standalone import LAKEHOUSE, REPO, USER, Airflow, start, stop
+from spark_jobs.generator import LIVE_LEAD_MS, FleetSpec
+from tidemark_airflow.lakehouse import is_finite, pipeline_watermark
+from tidemark_airflow.standalone import LAKEHOUSE, REPO, USER, Airflow, start, stop, wait
 
-PIPELINE = REPO / "spark_jobs" / "pipelines" / "telemetry.yaml"
-STREAMING = ("tidemark_streaming", {"pipeline": "telemetry", "mode": "available-now"})
-LATE_MERGE = ("tidemark_late_merge", {"pipeline": "telemetry"})
-IDLENESS_CHECK = ("tidemark_idleness_check", {"pipeline": "telemetry", "stall_after": "1h"})
-
-
-def tidemark(*args: str, quiet: bool = False) -> None:
-    output = subprocess.DEVNULL if quiet else None
-    subprocess.run([str(Path(sys.executable).with_name("tidemark")), *args], check=True, stdout=output)
-
-
-def run_dag(airflow: Airflow, dag_id: str, conf: dict) -> bool:
-    airflow.unpause(dag_id)
-    run_id = airflow.trigger(dag_id, conf)
-    print(f"triggered {dag_id} ({run_id}) ...", flush=True)
-    state = airflow.wait_for_run(dag_id, run_id)
-    print(f"  {dag_id}: {state}", flush=True)
-    return state == "success"
+PIPELINE = "telemetry"
+# 20 records a second: 40 scooters, a track every 2 s; one partition goes quiet every other segment.
+FLEET = FleetSpec(devices=40, interval_ms=2_000, late_ratio=0.02, malformed_ratio=0.01, quiet_partitions=1)
+STREAMING = ("tidemark_streaming", {"pipeline": PIPELINE, "mode": "continuous", "interval": "5s"})
+LATE_MERGE = "tidemark_late_merge"
+RUNNING = {"queued", "running"}
+SAMPLE_QUERY = "SELECT * FROM silver.telemetry_windows ORDER BY window_start DESC LIMIT 5"
 
 
-def generate(lakehouse: str, devices: str, seed: str) -> None:
-    tidemark(
-        "generate",
-        *("--pipeline", str(PIPELINE), "--lakehouse", lakehouse, "--devices", devices, "--seed", seed),
-        *("--duration", "2h", "--late-ratio", "0.02", "--malformed-ratio", "0.01"),
-        quiet=True,  # the manifest lists every file; the table counts below say enough
+def start_feed(home: Path, lakehouse: Path) -> subprocess.Popen:
+    """The live feed in a session of its own, marked with Airflow's home, so that
+    ``make stop`` (which stops every process carrying it) stops the feed too."""
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("tidemark")),
+            *("generate", "--live", "--pipeline", PIPELINE, "--lakehouse", str(lakehouse)),
+            *feed_arguments(FLEET),
+        ],
+        env={**os.environ, "AIRFLOW_HOME": str(home.resolve())},
+        stdout=(home / "feed.log").open("ab"),
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
+
+
+def feed_arguments(fleet: FleetSpec) -> list[str]:
+    """The ``tidemark generate`` arguments that make ``fleet``."""
+    return [
+        *("--devices", str(fleet.devices), "--partitions", str(fleet.partitions), "--seed", str(fleet.seed)),
+        *("--interval", f"{fleet.interval_ms}ms", "--quiet-partitions", str(fleet.quiet_partitions)),
+        *("--late-ratio", str(fleet.late_ratio), "--malformed-ratio", str(fleet.malformed_ratio)),
+    ]
+
+
+def wait_until_judged(airflow: Airflow, run_id: str, lakehouse: Path, since_ms: int, timeout: float) -> None:
+    """Until silver's watermark reaches ``since_ms``: the streams have judged the
+    feed's data (a lakehouse kept from an earlier demo has an older watermark)."""
+
+    def judged() -> bool:
+        state = airflow.run_state(STREAMING[0], run_id)
+        if state not in RUNNING:
+            raise RuntimeError(f"{STREAMING[0]} run {run_id} ended {state}: see its task log in the UI")
+        watermark = pipeline_watermark(str(lakehouse), PIPELINE)
+        return is_finite(watermark) and watermark >= since_ms
+
+    wait(judged, timeout, "silver's first watermark", every=3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,31 +76,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=REPO / ".tidemark" / "airflow")
     parser.add_argument("--lakehouse", type=Path, default=LAKEHOUSE)
     parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--devices", default="20")
     args = parser.parse_args(argv)
 
-    stop(args.home)  # a demo starts from a clean Airflow, keeping the lakehouse
-    lakehouse = str(args.lakehouse)
-    generate(lakehouse, args.devices, "0")
-    airflow = start(args.home, args.lakehouse, args.port)
-    print(f"Airflow is up at {airflow.url}", flush=True)
-    airflow.wait_for_dags([STREAMING[0], LATE_MERGE[0], IDLENESS_CHECK[0]])
-    ok = run_dag(airflow, *STREAMING)
-    # A second fleet uploads the same two hours after they closed in event time:
-    # its records land in the quarantine, and the late merge folds them in.
-    generate(lakehouse, "5", "1")
-    ok = run_dag(airflow, *STREAMING) and ok
-    ok = run_dag(airflow, *LATE_MERGE) and ok
-    ok = run_dag(airflow, *IDLENESS_CHECK) and ok
-    print()
+    started = time.monotonic()
+    # A clean Airflow, keeping the lakehouse: an earlier demo's stream run, killed by
+    # `make stop`, would still be running in Airflow's database and hold the new one queued.
+    stop(args.home)
+    (args.home / "airflow.db").unlink(missing_ok=True)
+    args.home.mkdir(parents=True, exist_ok=True)
+    args.lakehouse.mkdir(parents=True, exist_ok=True)
+    # Live once silver has judged the feed's data: its watermark passes where the feed
+    # starts and where a lakehouse kept from an earlier demo left it.
+    before = pipeline_watermark(str(args.lakehouse), PIPELINE)
+    live_from_ms = max(int(time.time() * 1000) - LIVE_LEAD_MS, before + 1 if is_finite(before) else 0)
+    feed = start_feed(args.home, args.lakehouse)
+    print(f"feeding live telemetry into {args.lakehouse} (log: {args.home / 'feed.log'})", flush=True)
+    try:
+        airflow = start(args.home, args.lakehouse, args.port)
+        print(f"Airflow is up at {airflow.url}", flush=True)
+        airflow.wait_for_dags([STREAMING[0], LATE_MERGE])
+        airflow.unpause(LATE_MERGE)
+        airflow.unpause(STREAMING[0])
+        run_id = airflow.trigger(*STREAMING)
+        print(f"started {STREAMING[0]} in continuous mode ({run_id}); waiting for silver ...", flush=True)
+        wait_until_judged(airflow, run_id, args.lakehouse, live_from_ms, timeout=600)
+    except BaseException:
+        print(f"The demo did not come up; stopping what it started (logs in {args.home}).", file=sys.stderr)
+        stop(args.home)
+        feed.kill()
+        raise
+    print(f"\nLive after {time.monotonic() - started:.0f} s. It keeps running until `make stop`.\n")
     print(f"Airflow UI:   {airflow.url}  (user {USER}, password {airflow.password()})")
-    print("Watermarks:   the 'Watermarks' entry in the UI's navigation")
-    print(f"Lakehouse:    {lakehouse}")
-    print('SQL:          make sql-server, then .venv/bin/tidemark sql "SHOW TABLES IN silver"')
+    print(f"Watermarks:   {airflow.url}/plugin/tidemark  (the 'Watermarks' entry in the UI's navigation)")
+    print(f"Lakehouse:    {args.lakehouse}")
+    print(f"SQL:          make sql-server, then .venv/bin/tidemark sql {SAMPLE_QUERY!r}")
     print("Stop it with: make stop")
-    print()
-    tidemark("tables", "--pipeline", str(PIPELINE), "--lakehouse", lakehouse, "--counts")
-    return 0 if ok else 1
+    return 0
 
 
 if __name__ == "__main__":

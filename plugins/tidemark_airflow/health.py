@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 
@@ -20,7 +21,10 @@ def _batch_ids(folder: str) -> dict[int, float]:
     found = {}
     for entry in os.scandir(folder):
         if entry.name.isdigit():
-            found[int(entry.name)] = entry.stat().st_mtime
+            try:
+                found[int(entry.name)] = entry.stat().st_mtime
+            except FileNotFoundError:  # Spark purges old batches' files as it goes
+                continue
     return found
 
 
@@ -59,3 +63,28 @@ def stalled_query(
             if reason is not None:
                 return f"{entry.name}: {reason}"
     return None
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """A stream's last committed micro-batch and the one at work, from its checkpoint."""
+
+    last_commit: int | None = None
+    committed_at: float | None = None
+    running_batch: int | None = None
+    running_since: float | None = None
+
+
+def liveness(checkpoint: str) -> Liveness:
+    """What the checkpoint at ``checkpoint`` says of its stream (empty before its first batch)."""
+    started = _batch_ids(os.path.join(checkpoint, "offsets"))
+    committed = _batch_ids(os.path.join(checkpoint, "commits"))
+    last = max(committed, default=None)
+    newest = max(started, default=None)
+    running = newest if newest is not None and newest not in committed else None
+    return Liveness(
+        last_commit=last,
+        committed_at=None if last is None else committed[last],
+        running_batch=running,
+        running_since=None if running is None else started[running],
+    )

@@ -28,6 +28,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from spark_jobs.eventtime.clock_log import ClockState, clock_state, snapshot_version
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MIN_WATERMARK = -(2**63)
 MAX_WATERMARK = 2**63 - 1
 
@@ -70,6 +71,15 @@ def is_finite(watermark: int | None) -> bool:
     return watermark is not None and MIN_WATERMARK < watermark < MAX_WATERMARK
 
 
+def lag_ms(pipeline_watermark: int | None, partition_watermark: int | None) -> int | None:
+    """How far a partition's watermark trails the pipeline's: 0 for the partition
+    that holds it, negative for one ahead, positive for one behind (idle or catching
+    up); None unless both are finite."""
+    if is_finite(pipeline_watermark) and is_finite(partition_watermark):
+        return pipeline_watermark - partition_watermark
+    return None
+
+
 def _sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
@@ -94,7 +104,18 @@ def _read(root: str, layer: str, name: str, columns: list[str], where: str) -> p
 
 
 def _plain(field: pa.Field) -> pa.Field:
-    return field.with_type(pa.string()) if pa.types.is_string_view(field.type) else field
+    return field.with_type(_plain_type(field.type))
+
+
+def _plain_type(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with every string_view (nested ones too) as a plain string."""
+    if pa.types.is_string_view(kind):
+        return pa.string()
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_list_view(kind):
+        return pa.list_(_plain(kind.value_field))
+    if pa.types.is_struct(kind):
+        return pa.struct([_plain(kind.field(index)) for index in range(kind.num_fields)])
+    return kind
 
 
 def _of_pipeline(pipeline: str) -> str:
@@ -180,7 +201,7 @@ def partition_clocks(root: str, pipeline: str) -> list[dict[str, Any]]:
                 "is_aligned": clock.is_aligned,
                 "last_data_at": _moment(clock.last_data_at),
                 "updated_at": updated,
-                "lag_ms": state.watermark - own if is_finite(state.watermark) and is_finite(own) else None,
+                "lag_ms": lag_ms(state.watermark, own),
             }
         )
     return sorted(rows, key=lambda row: _partition_order(row["source_partition"]))
@@ -216,8 +237,18 @@ def quarantine_backlog_by_partition(root: str, pipeline: str) -> dict[str, dict[
 def quarantine_backlog(root: str, pipeline: str) -> dict[str, int]:
     """Pending rows per quarantine table (``late``, ``late_tracks``), as
     :func:`quarantine_backlog_by_partition` finds them, summed over partitions."""
-    by_partition = quarantine_backlog_by_partition(root, pipeline)
+    return backlog_totals(quarantine_backlog_by_partition(root, pipeline))
+
+
+def backlog_totals(by_partition: dict[str, dict[str, int]]) -> dict[str, int]:
+    """A backlog by table and partition (:func:`quarantine_backlog_by_partition`), summed over partitions."""
     return {key: sum(counts.values()) for key, counts in by_partition.items()}
+
+
+def pending_late(backlog: dict[str, int]) -> int:
+    """The late records a backlog (:func:`quarantine_backlog`) stands for: with offline
+    detection a late record is a late track as well, so the larger of the two."""
+    return max(backlog.values(), default=0)
 
 
 def recent_runs(root: str, pipeline: str, job: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
@@ -242,18 +273,22 @@ def recent_runs(root: str, pipeline: str, job: str | None = None, limit: int = 2
 
 def watermark_history(root: str, pipeline: str, limit: int = 500) -> list[dict[str, Any]]:
     """The pipeline's latest ``limit`` watermark steps from
-    ``ops.watermark_history``, oldest first (for a chart of the watermark
-    against processing time): batch id, watermark, processing time, active and
-    idle partitions, on-time and late counts."""
+    ``ops.watermark_history``, oldest first (for charts against processing time):
+    batch id, watermark, processing time, active and idle partitions, on-time and
+    late counts, and ``partition_clocks``: on a batch's last step, every partition's
+    clock after it (a list of mappings), else None."""
     if limit <= 0:
         return []
     latest = judged_version(root, pipeline)
+    table = _open(root, "ops", "watermark_history")
+    with_clocks = table is not None and "partition_clocks" in table.schema().to_arrow().names
+    columns = [*HISTORY_COLUMNS, *(["partition_clocks"] if with_clocks else [])]
     # A judged version has one step or more (idleness steps reuse it), so the last
     # ``limit`` versions usually hold enough; read further back only when not.
     reach = limit
     while True:
         first = None if latest is None or latest - reach <= 0 else latest - reach
-        history = _steps(root, pipeline, HISTORY_COLUMNS, first)
+        history = _steps(root, pipeline, columns, first)
         if history is None:
             return []
         if first is None or history.num_rows >= limit:
@@ -264,7 +299,28 @@ def watermark_history(root: str, pipeline: str, limit: int = 500) -> list[dict[s
     ordered = history.sort_by(
         [("processing_time", "ascending"), ("batch_id", "ascending"), ("watermark", "ascending")]
     )
-    return ordered.slice(max(ordered.num_rows - limit, 0)).to_pylist()
+    rows = ordered.slice(max(ordered.num_rows - limit, 0)).to_pylist()
+    for row in rows:
+        row.setdefault("partition_clocks", None)
+    return rows
+
+
+def rejects_by_reason(root: str, pipeline: str, since: datetime) -> dict[str, int]:
+    """How many of the pipeline's records bronze rejected since ``since``, per
+    reason, most first (delta-rs skips older files by their statistics)."""
+    moment = as_utc(since).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    where = _of_pipeline(pipeline) + f" AND rejected_at >= {_sql_string(moment)}"
+    rejects = _read(root, "ops", "rejects", ["reason"], where)
+    if rejects is None:
+        return {}
+    counts = pc.value_counts(rejects.column("reason")).to_pylist()
+    return {count["values"]: count["counts"] for count in sorted(counts, key=lambda c: -c["counts"])}
+
+
+def latest_runs(root: str, pipeline: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
+    """Each of ``jobs``'s newest run (:func:`recent_runs`), for those that ran."""
+    latest = {job: recent_runs(root, pipeline, job=job, limit=1) for job in jobs}
+    return {job: runs[0] for job, runs in latest.items() if runs}
 
 
 def table_rows(root: str, layer: str, name: str) -> list[dict[str, Any]]:

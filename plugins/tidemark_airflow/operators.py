@@ -33,6 +33,7 @@ from tidemark_airflow.health import stalled_query
 # stuck, not slow: Airflow fails it, and its retries (if any) start it again.
 BATCH_TIMEOUT = timedelta(hours=3)
 DEFAULT_ARGS = {"owner": "tidemark", "retries": 2, "retry_delay": timedelta(seconds=30)}
+DEFAULT_PIPELINE = "telemetry"
 
 
 def pipeline_files() -> dict[str, str]:
@@ -46,11 +47,18 @@ def pipeline_file(name: str) -> str:
     return str(pipeline_path(name))
 
 
-def pipeline_param(default: str = "telemetry") -> Param:
+def default_pipeline() -> str:
+    """The pipeline a run without one in its conf runs: ``telemetry`` if configured,
+    else the first configured name."""
+    names = sorted(pipeline_files())
+    return DEFAULT_PIPELINE if DEFAULT_PIPELINE in names or not names else names[0]
+
+
+def pipeline_param() -> Param:
     """The pipeline to run, chosen from the configured pipeline files."""
     names = sorted(pipeline_files())
     return Param(
-        default if default in names else names[0],
+        default_pipeline(),
         type="string",
         enum=names,
         description="pipeline (a YAML file under TIDEMARK_PIPELINES)",
@@ -184,6 +192,8 @@ MACROS = {"pipeline_file": pipeline_file, "checkpoint_of": checkpoint_of}
 PIPELINE_ARGS = ("--pipeline", "{{ pipeline_file(params.pipeline) }}")
 GOLD_ASSET = Asset("tidemark_gold", uri="file:///tidemark/gold")
 STATUS_ASSET = Asset("tidemark_status_events", uri="file:///tidemark/status_events")
+# Silver's passes emit it: the late merge runs on it (and on a clock, for continuous streams).
+QUARANTINE_ASSET = Asset("tidemark_quarantine", uri="file:///tidemark/quarantine")
 
 
 def dag_settings(*tags: str, **overrides: Any) -> dict[str, Any]:

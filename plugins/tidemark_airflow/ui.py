@@ -1,18 +1,23 @@
 """The Tidemark page in Airflow's UI: per configured pipeline, the combined
-watermark, every source partition's clock (watermark, lag, idle and catching-up
-flags, pending late records), the quarantine backlog, the recent late merges
-and a chart of the watermark against processing time.
+watermark, each stream's liveness (from ``ops.runs`` and its checkpoint) and its
+Airflow runs, every source partition's clock (watermark, lag, idle and catching-up
+flags, pending late records), the quarantine backlog with a button that triggers
+``tidemark_late_merge``, rejects by reason, the recent late merges, and charts of
+the watermark, each partition's lag and the late share per batch over time.
 
 A FastAPI app that Airflow's api-server mounts at ``/tidemark`` (see
 ``tidemark_plugin.py``); the UI shows it in an iframe from its navigation. The
-page is plain HTML with an inline SVG chart: no JavaScript (Airflow sandboxes
-plugin iframes without scripts) and nothing fetched from elsewhere.
-``GET /tidemark/api/pipelines`` returns the same data as JSON.
+HTML comes from Jinja templates with autoescaping (``templates/``), charts are
+inline SVG, and the page refreshes itself with a meta refresh: no JavaScript,
+nothing fetched from elsewhere. ``GET /tidemark/api/pipelines`` returns the data
+as JSON. Pipelines without data collapse into one line each.
 
 Only users whom Airflow lets see its UI get the data, authenticated exactly as
 the REST API authenticates them: a bearer token from ``POST /auth/token``, else
 the ``_token`` cookie the UI sets at login. A browser without a valid login is
-sent to Airflow's login page; any other caller gets 401 or 403.
+sent to Airflow's login page; any other caller gets 401 or 403. The merge button
+and the run links go through Airflow's REST API with the caller's own token, so
+Airflow's permissions decide what they may trigger and see.
 
 Pipelines are the files of ``$TIDEMARK_PIPELINES`` (as the DAGs see them); the
 lakehouse is ``$LAKEHOUSE_DIR``. Times are shown in UTC.
@@ -20,27 +25,39 @@ lakehouse is ``$LAKEHOUSE_DIR``. Times are shown in UTC.
 
 from __future__ import annotations
 
-import html
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
+from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote, urlencode, urlsplit
 
+import httpx
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline
-from tidemark_airflow import lakehouse
-from tidemark_airflow.lakehouse import MAX_WATERMARK, MIN_WATERMARK, is_finite
+from tidemark_airflow import charts, lakehouse
+from tidemark_airflow.health import Liveness, liveness
+from tidemark_airflow.lakehouse import EPOCH, MAX_WATERMARK, MIN_WATERMARK, is_finite
 
 URL_PREFIX = "/tidemark"
 HISTORY_POINTS = 500
 MERGES_SHOWN = 10
+REFRESH_S = 10
+REJECTS_SINCE = timedelta(hours=24)
+# A stream is stalled past its watchdog's limit (tidemark_streaming), quiet after this long without a batch.
+STALL_AFTER = timedelta(minutes=15)
+QUIET_AFTER = timedelta(minutes=10)
+RUN_DAGS = ("tidemark_streaming", "tidemark_late_merge")
+RUNS_SHOWN = 3  # of each DAG
+MERGE_DAG = "tidemark_late_merge"
 BACKLOG_HEADERS = {"late": "Pending late", "late_tracks": "late tracks"}
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MINUS = "\u2212"
 DURATION_UNITS = (
     (86_400_000, "d", 3_600_000, "h"),
@@ -85,15 +102,28 @@ async def authorized_user(
 AuthorizedUser = Annotated[Any, Depends(authorized_user)]
 
 
+def caller_token(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> str | None:
+    """The token the caller authenticated with, to call Airflow's REST API as them."""
+    return credentials.credentials if credentials else request.cookies.get("_token")
+
+
+CallerToken = Annotated[str | None, Depends(caller_token)]
+
+
 @dataclass(frozen=True)
 class PipelineView:
-    """One configured pipeline file: its config and what the lakehouse says, or
-    why the file does not load."""
+    """One configured pipeline file (``key`` is its configured name, the DAGs'
+    ``pipeline`` Param): its config and what the lakehouse says, or why the file
+    does not load."""
 
+    key: str
     file: str
     config: PipelineConfig | None = None
     error: str | None = None
     status: dict[str, Any] | None = None
+    dag_runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def kafka_backlog(root: str, config: PipelineConfig, now: datetime) -> dict[str, Any] | None:
@@ -118,20 +148,37 @@ def kafka_backlog(root: str, config: PipelineConfig, now: datetime) -> dict[str,
     return {"lag": backlog.lag, "stalled": backlog.stall(now, DEFAULT_STALL_AFTER_MS), "error": None}
 
 
-def pipeline_status(root: str, config: PipelineConfig) -> dict[str, Any]:
+def stream_jobs(config: PipelineConfig) -> list[str]:
+    """The pipeline's streams, in dependency order."""
+    return ["bronze", "silver", *(["gold"] if config.gold else []), *(["offline"] if config.offline else [])]
+
+
+def stream_liveness(root: str, config: PipelineConfig) -> dict[str, dict[str, Any]]:
+    """Per stream: its newest run in ``ops.runs`` and what its checkpoint says."""
+    from spark_jobs.tables import join
+
+    jobs = stream_jobs(config)
+    runs = lakehouse.latest_runs(root, config.name, jobs)
+    checkpoints = join(root, "_checkpoints", config.name)
+    return {job: {"run": runs.get(job), "live": liveness(os.path.join(checkpoints, job))} for job in jobs}
+
+
+def pipeline_status(root: str, config: PipelineConfig, now: datetime) -> dict[str, Any]:
     """What the page shows of one pipeline, read from the lakehouse."""
     name = config.name
     return {
-        "kafka": kafka_backlog(root, config, datetime.now(UTC)),
+        "kafka": kafka_backlog(root, config, now),
         "watermark": lakehouse.pipeline_watermark(root, name),
         "partitions": lakehouse.partition_clocks(root, name),
         "backlog": lakehouse.quarantine_backlog_by_partition(root, name),
         "merges": lakehouse.recent_runs(root, name, job="merge_late", limit=MERGES_SHOWN),
         "history": lakehouse.watermark_history(root, name, limit=HISTORY_POINTS),
+        "rejects": lakehouse.rejects_by_reason(root, name, now - REJECTS_SINCE),
+        "streams": stream_liveness(root, config),
     }
 
 
-def read_pipelines() -> tuple[str, list[PipelineView]]:
+def read_pipelines(now: datetime) -> tuple[str, list[PipelineView]]:
     """The lakehouse root and a view of every configured pipeline."""
     # Imported when serving: both load pyspark, which workers importing plugins need not.
     from spark_jobs.tables import lakehouse_root
@@ -139,28 +186,140 @@ def read_pipelines() -> tuple[str, list[PipelineView]]:
 
     root = lakehouse_root()
     views = []
-    for file in pipeline_files().values():
+    for key, file in pipeline_files().items():
         try:
             config = load_pipeline(file)
         except (ConfigError, OSError) as error:
-            views.append(PipelineView(file, error=str(error)))
+            views.append(PipelineView(key, file, error=str(error)))
             continue
-        views.append(PipelineView(file, config, status=pipeline_status(root, config)))
+        views.append(PipelineView(key, file, config, status=pipeline_status(root, config, now)))
     return root, views
+
+
+def api_url(request: Request, path: str) -> str:
+    """Airflow's REST API (``request.base_url`` is Airflow's root, with its base path)."""
+    return f"{request.base_url}api/v2/{path}"
+
+
+def run_href(dag_id: str, run_id: str) -> str:
+    """A DAG run's page in Airflow's UI, relative to this page."""
+    return f"../dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def recent_dag_runs(request: Request, token: str | None, key: str) -> list[dict[str, Any]]:
+    """The latest runs of each of the streaming and merge DAGs for pipeline ``key``,
+    newest first, as the caller may see them (none if Airflow refuses or is unreachable)."""
+    from tidemark_airflow.operators import default_pipeline
+
+    default = default_pipeline()
+    found = []
+    for dag_id in RUN_DAGS:
+        try:
+            response = httpx.get(
+                api_url(request, f"dags/{dag_id}/dagRuns"),
+                params={"order_by": "-run_after", "limit": 25},
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=10,
+            )
+        except httpx.HTTPError:
+            continue
+        if response.status_code != HTTPStatus.OK:
+            continue
+        runs = [
+            run
+            for run in response.json()["dag_runs"]
+            if ((run.get("conf") or {}).get("pipeline") or default) == key
+        ]
+        found += [
+            {
+                **run,
+                "run_after": datetime.fromisoformat(run["run_after"]),
+                "href": run_href(dag_id, run["dag_run_id"]),
+            }
+            for run in runs[:RUNS_SHOWN]
+        ]
+    return sorted(found, key=lambda run: run["run_after"], reverse=True)
 
 
 # Plain `def` handlers: the Delta reads block, so FastAPI runs them in its thread pool.
 
 
-@app.get("/", response_class=HTMLResponse)
-def page(user: AuthorizedUser) -> HTMLResponse:
-    root, views = read_pipelines()
-    return HTMLResponse(render_page(root, views, datetime.now(UTC)))
+@app.get("/", response_class=HTMLResponse, name="tidemark_page")
+def page(
+    request: Request,
+    user: AuthorizedUser,
+    token: CallerToken,
+    refresh: int = REFRESH_S,
+    merged: str | None = None,
+    run: str | None = None,
+    merge_refused: str | None = None,
+) -> HTMLResponse:
+    now = datetime.now(UTC)
+    notice = merge_notice(merged, run, merge_refused)
+    try:
+        root, views = read_pipelines(now)
+    except Exception as error:  # the page keeps refreshing: it shows the data once it reads again
+        from spark_jobs.tables import lakehouse_root
+
+        failed = {"kind": "error", "text": f"Reading the lakehouse failed: {error}"}
+        html = render_page(lakehouse_root(), [], now, max(refresh, 0), failed)
+        return HTMLResponse(html, status_code=HTTPStatus.INTERNAL_SERVER_ERROR)
+    views = [
+        PipelineView(**{**view.__dict__, "dag_runs": recent_dag_runs(request, token, view.key)})
+        if view.status and has_data(view.status)
+        else view
+        for view in views
+    ]
+    return HTMLResponse(render_page(root, views, now, max(refresh, 0), notice))
+
+
+def merge_notice(merged: str | None, run: str | None, refused: str | None) -> dict[str, str] | None:
+    """What the page says after its merge button was pressed."""
+    if merged and run:
+        return {
+            "kind": "ok",
+            "text": f"Late merge triggered for {merged}:",
+            "href": run_href(MERGE_DAG, run),
+            "link": run,
+        }
+    if refused:
+        return {"kind": "error", "text": f"Airflow refused the late merge for {refused}."}
+    return None
+
+
+@app.post("/pipelines/{key}/merge")
+def trigger_merge(key: str, request: Request, user: AuthorizedUser, token: CallerToken) -> RedirectResponse:
+    """Trigger ``tidemark_late_merge`` for pipeline ``key`` as the caller, then back to the page."""
+    from tidemark_airflow.operators import pipeline_files
+
+    # A form posted from another site would carry the login cookie: only this host may
+    # post (by host, not scheme: a TLS proxy in front may hand the api-server plain HTTP).
+    origin = request.headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != request.headers.get("host"):
+        raise HTTPException(HTTPStatus.FORBIDDEN, "cross-origin form")
+    if origin is None and request.headers.get("sec-fetch-site") not in (None, "same-origin"):
+        raise HTTPException(HTTPStatus.FORBIDDEN, "cross-origin form")
+    if key not in pipeline_files():
+        raise HTTPException(HTTPStatus.NOT_FOUND, f"no configured pipeline {key!r}")
+    try:
+        response = httpx.post(
+            api_url(request, f"dags/{MERGE_DAG}/dagRuns"),
+            json={"logical_date": None, "conf": {"pipeline": key}},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=30,
+        )
+    except httpx.HTTPError:
+        response = None
+    if response is None or response.status_code != HTTPStatus.OK:
+        query = {"merge_refused": key}
+    else:
+        query = {"merged": key, "run": response.json()["dag_run_id"]}
+    return RedirectResponse(f"../../?{urlencode(query)}", status_code=HTTPStatus.SEE_OTHER)
 
 
 @app.get("/api/pipelines")
 def pipelines_json(user: AuthorizedUser) -> list[dict[str, Any]]:
-    root, views = read_pipelines()
+    root, views = read_pipelines(datetime.now(UTC))
     return jsonable_encoder(
         [
             {
@@ -179,10 +338,6 @@ def pipelines_json(user: AuthorizedUser) -> list[dict[str, Any]]:
 def icon() -> Response:
     # The navigation shows it on every page, and it tells nothing: no login needed.
     return Response(ICON, media_type="image/svg+xml")
-
-
-def _e(value: object) -> str:
-    return html.escape(str(value))
 
 
 def format_time(moment: datetime | None) -> str:
@@ -231,125 +386,33 @@ def format_lag(lag_ms: int | None) -> str:
     return f"{format_duration(abs(lag_ms))} {'behind' if lag_ms > 0 else 'ahead'}"
 
 
-def _millis(moment: datetime) -> int:
-    return (moment - EPOCH) // timedelta(milliseconds=1)
-
-
-def watermark_chart(history: Sequence[dict[str, Any]], width: int = 760, height: int = 240) -> str:
-    """The watermark (y) against processing time (x) as an inline SVG step line
-    (the watermark holds between steps), each step with a tooltip. -inf steps
-    (before data) are not drawn; a step to +inf (end of input) is a dashed rise
-    into a band above the finite range, marked +inf."""
-    steps = [(_millis(row["processing_time"]), row["watermark"], row) for row in history]
-    finite = [y for _, y, _ in steps if is_finite(y)]
-    if not finite:
-        return '<p class="empty">No finite watermark yet.</p>'
-    left, right, top, bottom = 170, 20, 16, 40
-    ceiling = top + (28 if any(y == MAX_WATERMARK for _, y, _ in steps) else 0)
-    x_low, x_high = steps[0][0], steps[-1][0]
-    y_low, y_high = min(finite), max(finite)
-    x_span, y_span = max(x_high - x_low, 1), max(y_high - y_low, 1)
-
-    def px(x: int) -> float:
-        return left + (x - x_low) / x_span * (width - left - right)
-
-    def py(y: int) -> float:
-        return height - bottom - (y - y_low) / y_span * (height - ceiling - bottom)
-
-    def mark(x: float, y: float, row: dict[str, Any]) -> str:
-        tip = (
-            f"batch {row['batch_id']} at {format_time(row['processing_time'])}: "
-            f"watermark {format_watermark(row['watermark'])}; {row['active_partitions']} active, "
-            f"{row['idle_partitions']} idle partitions; {row['on_time_count']} on time, "
-            f"{row['late_count']} late"
-        )
-        return f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5"><title>{_e(tip)}</title></circle>'
-
-    path: list[str] = []
-    marks: list[str] = []
-    last_y: float | None = None
-    for x, y, row in steps:
-        if y == MAX_WATERMARK and last_y is not None:
-            path.append(f"H{px(x):.1f}")
-            marks.append(
-                f'<line class="inf" x1="{px(x):.1f}" y1="{last_y:.1f}" x2="{px(x):.1f}" y2="{top}"/>'
-                f'<text x="{px(x) - 6:.1f}" y="{top + 4}" text-anchor="end">+\u221e</text>'
-                + mark(px(x), top, row)
-            )
-        if not is_finite(y):
-            continue
-        path.append(f"M{px(x):.1f},{py(y):.1f}" if last_y is None else f"H{px(x):.1f}V{py(y):.1f}")
-        last_y = py(y)
-        marks.append(mark(px(x), last_y, row))
-    axis_y = height - bottom
-    labels = (
-        f'<text x="{left - 6}" y="{py(y_high) + 4:.1f}" text-anchor="end">'
-        f"{_e(format_watermark(y_high))}</text>"
-        f'<text x="{left - 6}" y="{py(y_low) + 4:.1f}" text-anchor="end">'
-        f"{_e(format_watermark(y_low))}</text>"
-        f'<text x="{left}" y="{axis_y + 16}">{_e(format_time(steps[0][2]["processing_time"]))}</text>'
-        f'<text x="{width - right}" y="{axis_y + 16}" text-anchor="end">'
-        f"{_e(format_time(steps[-1][2]['processing_time']))}</text>"
-        f'<text x="{(left + width - right) / 2:.0f}" y="{axis_y + 32}" text-anchor="middle">'
-        "processing time</text>"
-    )
-    return (
-        f'<svg class="chart" role="img" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">'
-        "<title>Watermark against processing time</title>"
-        f'<line class="axis" x1="{left}" y1="{top}" x2="{left}" y2="{axis_y}"/>'
-        f'<line class="axis" x1="{left}" y1="{axis_y}" x2="{width - right}" y2="{axis_y}"/>'
-        f'<path class="line" d="{"".join(path)}"/>{"".join(marks)}{labels}</svg>'
-    )
-
-
-def _flag(on: bool, label: str, title: str = "") -> str:
-    return f'<span class="flag {label}" title="{_e(title)}">{label}</span>' if on else ""
-
-
-def _clock_rows(status: dict[str, Any]) -> str:
-    backlog = status["backlog"]
-    rows = []
-    for clock in status["partitions"]:
-        partition = clock["source_partition"]
-        pending = " / ".join(str(counts.get(partition, 0)) for counts in backlog.values())
-        lag = (status["kafka"] or {}).get("lag", {}).get(partition, 0)
-        flags = (
-            _flag(clock["is_idle"], "idle")
-            + _flag(not clock["is_aligned"], "catching-up")
-            + _flag(lag > 0, "lagging", f"{lag} records in Kafka not yet in bronze")
-        )
-        rows.append(
-            f'<tr data-partition="{_e(partition)}"><td>{_e(partition)}</td>'
-            f'<td class="watermark" title="{_e(clock["partition_watermark"])}">'
-            f"{_e(format_watermark(clock['partition_watermark']))}</td>"
-            f'<td class="num">{_e(format_lag(clock["lag_ms"]))}</td>'
-            f"<td>{_e(format_time(clock['max_event_time']))}</td>"
-            f"<td>{flags}</td>"
-            f'<td class="num">{_e(pending or NONE)}</td>'
-            f"<td>{_e(format_time(clock['last_data_at']))}</td>"
-            f"<td>{_e(format_time(clock['updated_at']))}</td></tr>"
-        )
-    return "".join(rows)
-
-
-def _count(value: int | None) -> str:
+def format_count(value: int | None) -> str:
     return NONE if value is None else str(value)
 
 
-def _merge_rows(merges: Sequence[dict[str, Any]]) -> str:
-    return "".join(
-        f'<tr class="{_e(run["status"])}"><td>{_e(format_time(run["started_at"]))}</td>'
-        f"<td>{_e(run['status'])}</td>"
-        f'<td class="num">{_e(format_duration(run["duration_ms"]))}</td>'
-        f'<td class="num">{_count(run["rows_in"])}</td>'
-        f'<td class="num">{_count(run["rows_out"])}</td>'
-        f'<td class="message">{_e(run["message"] or "")}</td></tr>'
-        for run in merges
-    )
+def has_data(status: dict[str, Any]) -> bool:
+    """Whether the pipeline ever ran: anything to show beyond one line."""
+    backlog = lakehouse.pending_late(lakehouse.backlog_totals(status["backlog"]))
+    streams = any(s["run"] or s["live"].last_commit is not None for s in status["streams"].values())
+    return bool(status["partitions"] or status["history"] or status["merges"] or backlog or streams)
 
 
-def _settings(config: PipelineConfig) -> str:
+def stream_state(run: dict[str, Any] | None, live: Liveness, now: float) -> str:
+    """live, quiet (running, no batch for a while), stalled (a batch past the
+    watchdog's limit), stopped, failed or not-started."""
+    if live.running_since is not None and now - live.running_since > STALL_AFTER.total_seconds():
+        return "stalled"
+    if run is None:
+        return "not-started" if live.last_commit is None else "stopped"
+    if run["status"] == "failed":
+        return "failed"
+    if run["status"] != "running":
+        return "stopped"
+    last_seen = max(filter(None, (live.committed_at, live.running_since)), default=None)
+    return "live" if last_seen is not None and now - last_seen <= QUIET_AFTER.total_seconds() else "quiet"
+
+
+def settings_text(config: PipelineConfig) -> str:
     watermark = config.watermark
     parts = [f"watermark {watermark.strategy}"]
     if watermark.strategy == "bounded":
@@ -360,93 +423,107 @@ def _settings(config: PipelineConfig) -> str:
     return " \u00b7 ".join(parts)
 
 
-def _kafka_summary(kafka: dict[str, Any] | None) -> str:
-    if kafka is None:
-        return ""
+def kafka_text(kafka: dict[str, Any]) -> str:
     if kafka["error"]:
-        text = kafka["error"]
-    elif kafka["lag"]:
+        return kafka["error"]
+    if kafka["lag"]:
         partitions = ", ".join(sorted(kafka["lag"], key=lambda p: (len(p), p)))
-        text = f"{sum(kafka['lag'].values())} records on partitions {partitions} (backlog: never idle)"
-    else:
-        text = NONE
-    stalled = f'<div><dt>Stalled</dt><dd class="stalled">{_e(kafka["stalled"])}</dd></div>'
-    return f'<div><dt>Kafka lag</dt><dd class="kafka-lag">{_e(text)}</dd></div>' + (
-        stalled if kafka["stalled"] else ""
-    )
+        return f"{sum(kafka['lag'].values())} records on partitions {partitions} (backlog: never idle)"
+    return NONE
 
 
-def render_pipeline(view: PipelineView) -> str:
-    if view.config is None or view.status is None:
-        return (
-            f'<section class="pipeline broken"><h2>{_e(view.file)}</h2>'
-            f'<p class="error">This pipeline file does not load: {_e(view.error)}</p></section>'
-        )
-    name, status = view.config.name, view.status
+def present(view: PipelineView, now: datetime) -> dict[str, Any]:
+    """What the template shows of one pipeline: its view and what derives from it."""
+    shown: dict[str, Any] = {**view.__dict__, "has_data": False}
+    if view.status is None or view.config is None:
+        return shown
+    status = view.status
     backlog = status["backlog"]
-    pending = ", ".join(f"{sum(counts.values())} {key.replace('_', ' ')}" for key, counts in backlog.items())
-    idle = sum(1 for clock in status["partitions"] if clock["is_idle"])
-    pending_header = " / ".join(BACKLOG_HEADERS[key] for key in backlog)
-    clocks = (
-        f'<table class="clocks" data-pipeline="{_e(name)}"><thead><tr><th>Partition</th>'
-        "<th>Watermark</th><th>Vs pipeline</th><th>Max event time</th><th>Flags</th>"
-        f"<th>{pending_header or 'Pending late'}</th><th>Last data</th><th>Updated</th></tr></thead>"
-        f"<tbody>{_clock_rows(status)}</tbody></table>"
-        if status["partitions"]
-        else '<p class="empty">No partition clocks yet: silver has not run for this pipeline.</p>'
+    totals = lakehouse.backlog_totals(backlog)
+    kafka = status["kafka"] or {}
+    at = now.timestamp()
+    history = status["history"]
+    made = (
+        charts.watermark_chart(history, format_time, format_watermark),
+        charts.lag_chart(history, format_time, format_lag),
+        charts.late_share_chart(history, format_time),
     )
-    merges = (
-        '<table class="merges"><thead><tr><th>Started</th><th>Status</th><th>Duration</th>'
-        "<th>Records folded in</th><th>Windows</th><th>Message</th></tr></thead>"
-        f"<tbody>{_merge_rows(status['merges'])}</tbody></table>"
-        if status["merges"]
-        else '<p class="empty">No late merge has run.</p>'
+    shown.update(
+        has_data=has_data(status),
+        settings=settings_text(view.config),
+        fired=_last_fired(view.config, status["watermark"]),
+        idle=sum(1 for clock in status["partitions"] if clock["is_idle"]),
+        pending=lakehouse.pending_late(totals),
+        backlog_text=", ".join(f"{count} {key.replace('_', ' ')}" for key, count in totals.items()) or NONE,
+        pending_header=" / ".join(BACKLOG_HEADERS[key] for key in backlog) or "Pending late",
+        kafka_text=kafka_text(kafka) if kafka else None,
+        clock_rows=[
+            {
+                "clock": clock,
+                "pending": " / ".join(str(c.get(clock["source_partition"], 0)) for c in backlog.values())
+                or NONE,
+                "kafka_lag": kafka.get("lag", {}).get(clock["source_partition"], 0),
+            }
+            for clock in status["partitions"]
+        ],
+        streams=[
+            {
+                "job": job,
+                "run": stream["run"],
+                "live": stream["live"],
+                "state": stream_state(stream["run"], stream["live"], at),
+                "committed_ago": _ago(stream["live"].committed_at, at),
+                "running_for": _ago(stream["live"].running_since, at),
+            }
+            for job, stream in status["streams"].items()
+        ],
+        charts=[chart for chart in made if chart is not None],
     )
-    return (
-        f'<section class="pipeline" id="pipeline-{_e(name)}"><h2>{_e(name)}</h2>'
-        f'<p class="meta">{_e(view.file)} \u00b7 {_e(_settings(view.config))}</p>'
-        '<dl class="summary">'
-        f'<div><dt>Watermark</dt><dd class="watermark" title="{_e(status["watermark"])}">'
-        f"{_e(format_watermark(status['watermark']))}</dd></div>"
-        f"<div><dt>Partitions</dt><dd>{len(status['partitions'])} ({idle} idle)</dd></div>"
-        f'<div><dt>Quarantine backlog</dt><dd class="backlog">{_e(pending or NONE)}</dd></div>'
-        f"{_kafka_summary(status['kafka'])}</dl>"
-        f"<h3>Partitions</h3>{clocks}"
-        f"<h3>Watermark against processing time</h3>{watermark_chart(status['history'])}"
-        f"<h3>Recent late merges</h3>{merges}</section>"
-    )
+    return shown
 
 
-STYLE = """
-:root { color-scheme: light dark; --muted: #6b7280; --line: #1b7bb8; --rule: #d1d5db; }
-body { font: 14px/1.45 system-ui, sans-serif; margin: 1.2rem 1.6rem; }
-h1 { font-size: 1.4rem; margin: 0 0 .2rem; } h2 { margin: 1.6rem 0 .2rem; } h3 { margin: 1.2rem 0 .4rem; }
-.meta, .empty, footer { color: var(--muted); }
-.summary { display: flex; gap: 2.5rem; margin: .8rem 0; } .summary dt { color: var(--muted); }
-.summary dd { margin: 0; font-size: 1.15rem; font-variant-numeric: tabular-nums; }
-table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
-th, td { padding: .25rem .7rem; white-space: nowrap; border-bottom: 1px solid var(--rule); text-align: left; }
-td.num { text-align: right; } td.message { white-space: normal; min-width: 20rem; }
-.flag { border-radius: .6rem; padding: 0 .45rem; margin-right: .3rem; font-size: .8rem; }
-.flag.idle { background: #fde68a; color: #78350f; } .flag.lagging { background: #fecaca; color: #7f1d1d; }
-.flag.catching-up { background: #bfdbfe; color: #1e3a8a; }
-tr.failed td, .error { color: #b91c1c; }
-.chart text { font-size: 11px; fill: currentColor; } .chart .axis { stroke: var(--muted); }
-.chart .line { fill: none; stroke: var(--line); stroke-width: 2; } .chart circle { fill: var(--line); }
-.chart .inf { stroke: var(--line); stroke-dasharray: 4 3; }
-"""
+def _last_fired(config: PipelineConfig, watermark: int | None) -> str:
+    """The newest window the watermark has fired, as ``[start, end)``."""
+    if watermark == MAX_WATERMARK:
+        return "all (end of input)"
+    if not is_finite(watermark):
+        return NONE
+    window = config.window.last_fired(watermark)
+    to_time = (format_watermark(moment) for moment in (window.start, window.end))
+    return "[{}, {})".format(*to_time)
 
 
-def render_page(root: str, views: Sequence[PipelineView], now: datetime) -> str:
-    body = "".join(render_pipeline(view) for view in views) or (
-        '<p class="empty">No pipeline files: set TIDEMARK_PIPELINES.</p>'
-    )
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Tidemark watermarks</title>'
-        f"<style>{STYLE}</style></head><body><h1>Tidemark watermarks</h1>"
-        f'<p class="meta">Lakehouse {_e(root)} \u00b7 times in UTC \u00b7 read at {_e(format_time(now))}</p>'
-        f"{body}<footer><p>Each source partition has its own watermark; the pipeline's is the minimum "
-        "over active partitions, so one partition holds it and the others are ahead. Idle partitions "
-        "do not count and may trail it. A partition catching up became active again: it rejoins the "
-        "minimum once its watermark reaches the pipeline's.</p></footer></body></html>"
+def _ago(moment: float | None, now: float) -> int | None:
+    return None if moment is None else max(int((now - moment) * 1000), 0)
+
+
+TEMPLATES = Environment(
+    loader=FileSystemLoader(Path(__file__).parent / "templates"),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+TEMPLATES.filters.update(
+    time=format_time,
+    watermark=format_watermark,
+    duration=format_duration,
+    lag=format_lag,
+    count=format_count,
+)
+
+
+def render_page(
+    root: str,
+    views: Sequence[PipelineView],
+    now: datetime,
+    refresh: int = REFRESH_S,
+    notice: dict[str, str] | None = None,
+) -> str:
+    return TEMPLATES.get_template("page.html").render(
+        root=root,
+        views=[present(view, now) for view in views],
+        now=now,
+        refresh=refresh,
+        default_refresh=REFRESH_S,
+        notice=notice,
     )

@@ -59,6 +59,13 @@ class WindowSpec:
             start -= self.slide_ms
         return windows
 
+    def last_fired(self, watermark: int) -> Window:
+        """The window with the latest end that has fired at ``watermark``
+        (:func:`is_fired`): ends lie on the slide grid, and the last one fired
+        ends at or before ``watermark + 1``."""
+        start = window_start(watermark + 1 - self.size_ms, self.slide_ms, self.offset_ms)
+        return Window(start, start + self.size_ms)
+
 
 def window_start(timestamp: int, slide_ms: int, offset_ms: int) -> int:
     return timestamp - (timestamp - offset_ms) % slide_ms

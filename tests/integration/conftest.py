@@ -22,6 +22,7 @@ from spark_jobs.generator import Manifest
 from spark_jobs.kafka_broker import KafkaBroker
 from spark_jobs.submit import submit_command, submit_env
 from spark_jobs.tables import TableRegistry
+from tests.integration.browser import chromium  # noqa: F401 (a fixture for the browser tests)
 
 PIPELINES = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines"
 

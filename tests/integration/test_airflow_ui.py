@@ -7,17 +7,13 @@ forged callers too."""
 from __future__ import annotations
 
 import base64
-import json
-import os
 import re
-import shutil
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import jwt
@@ -27,11 +23,11 @@ from deltalake import write_deltalake
 from pyspark.sql.types import ArrayType, DataType, StructType
 from tidemark_airflow.lakehouse import MAX_WATERMARK, MIN_WATERMARK
 from tidemark_airflow.standalone import USER
-from websockets.sync.client import ClientConnection, connect
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.tables import TableRef, TableRegistry
 from tests.integration.airflow_standalone import Standalone, airflow_standalone, processes_of
+from tests.integration.browser import log_in
 
 pytestmark = pytest.mark.slow
 
@@ -267,34 +263,48 @@ def test_the_cookie_set_by_the_ui_login_gets_the_page(airflow):
     assert list(partition_rows(page.text)) == ["0", "1", "2"]
 
 
-class DevTools:
-    """A minimal Chrome DevTools protocol client for one page target."""
+def test_the_page_refreshes_itself_and_offers_a_merge_and_its_runs(airflow):
+    page = get(airflow, "/tidemark/", cookies={"_token": airflow.token()}).text
+    assert '<meta http-equiv="refresh" content="10">' in page
+    assert '<form class="merge" method="post" action="pipelines/telemetry/merge">' in page
+    # The other shipped pipeline has no data: one line, not a section.
+    assert '<li data-pipeline="clickstream">' in page and 'id="pipeline-clickstream"' not in page
 
-    def __init__(self, socket: ClientConnection) -> None:
-        self.socket = socket
-        self.calls = 0
 
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.calls += 1
-        self.socket.send(json.dumps({"id": self.calls, "method": method, "params": params}))
-        while True:
-            message = json.loads(self.socket.recv(timeout=60))
-            if message.get("id") == self.calls:
-                if "error" in message:
-                    raise RuntimeError(f"{method}: {message['error']}")
-                return message["result"]
+def test_the_merge_button_triggers_the_late_merge_as_the_caller(airflow):
+    cookie = {"_token": airflow.token()}
+    posted = httpx.post(
+        f"{airflow.url}/tidemark/pipelines/telemetry/merge",
+        cookies=cookie,
+        headers={"Origin": airflow.url},
+        follow_redirects=False,
+        timeout=60,
+    )
+    assert posted.status_code == 303
+    location = posted.headers["location"]
+    assert location.startswith("../../?merged=telemetry&run=")
+    run_id = unquote(location.split("run=", 1)[1])
+    run = airflow.client.request("GET", f"/api/v2/dags/tidemark_late_merge/dagRuns/{run_id}")
+    assert run["conf"] == {"pipeline": "telemetry"}
+    page = get(airflow, f"/tidemark/{location.removeprefix('../../')}", cookies=cookie).text
+    assert "Late merge triggered for telemetry" in page and "/runs/" in page
 
-    def evaluate(self, expression: str) -> Any:
-        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
 
-    def wait_for(self, condition: Any, what: str, timeout: float = 90) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = condition() if callable(condition) else self.evaluate(condition)
-            if value:
-                return value
-            time.sleep(0.5)
-        raise AssertionError(f"timed out waiting for {what}; at {self.evaluate('location.href')}")
+def test_the_merge_button_refuses_other_sites_and_strangers(airflow):
+    url = f"{airflow.url}/tidemark/pipelines/telemetry/merge"
+    cookie = {"_token": airflow.token()}
+    forged = httpx.post(url, cookies=cookie, headers={"Origin": "https://evil.example"}, timeout=60)
+    assert forged.status_code == 403
+    cross_site = httpx.post(url, cookies=cookie, headers={"Sec-Fetch-Site": "cross-site"}, timeout=60)
+    assert cross_site.status_code == 403
+    assert httpx.post(url, headers={"Origin": airflow.url}, timeout=60).status_code == 401
+    unknown = httpx.post(
+        f"{airflow.url}/tidemark/pipelines/nosuch/merge",
+        cookies=cookie,
+        headers={"Origin": airflow.url},
+        timeout=60,
+    )
+    assert unknown.status_code == 404
 
 
 def has_watermark_table(node: dict[str, Any]) -> bool:
@@ -305,52 +315,9 @@ def has_watermark_table(node: dict[str, Any]) -> bool:
     return any(has_watermark_table(child) for child in children)
 
 
-@pytest.fixture
-def chromium(tmp_path) -> Iterator[DevTools]:
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert binary is not None, "no chromium: `make browser` installs Debian's"
-    profile = tmp_path / "chromium-profile"
-    browser = subprocess.Popen(
-        [
-            binary,
-            *("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"),
-            "--window-size=1400,1000",
-            f"--user-data-dir={profile}",
-            "--remote-debugging-port=0",
-            "about:blank",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 60
-        while not port_file.exists() or not port_file.read_text().strip():
-            assert time.monotonic() < deadline and browser.poll() is None, "chromium did not start"
-            time.sleep(0.2)
-        port = port_file.read_text().split()[0]
-        targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=30).json()
-        page = next(target for target in targets if target["type"] == "page")
-        with connect(page["webSocketDebuggerUrl"], max_size=None) as socket:
-            yield DevTools(socket)
-    finally:
-        os.killpg(browser.pid, signal.SIGKILL)
-        browser.wait(timeout=30)
-
-
-def log_in(chromium: DevTools, airflow: Standalone) -> None:
-    """Fill in and submit the Airflow login form the browser is showing."""
-    chromium.wait_for("!!document.querySelector('input[name=username]')", "the login form")
-    for field, value in (("username", airflow.username), ("password", airflow.password)):
-        chromium.evaluate(f"document.querySelector('input[name={field}]').focus()")
-        chromium.call("Input.insertText", text=value)
-    chromium.evaluate("document.querySelector('button[type=submit]').click()")
-
-
 def test_a_browser_logs_in_through_the_ui_and_sees_the_page(airflow, chromium, tmp_path):
     chromium.call("Page.navigate", url=f"{airflow.url}/tidemark/")
-    log_in(chromium, airflow)
+    log_in(chromium, airflow.username, airflow.password)
     # Back from the login to the page it was asked for, now with the data.
     chromium.wait_for(
         "location.pathname === '/tidemark/' && !!document.querySelector('table.clocks')", "the page"
@@ -376,7 +343,7 @@ def test_a_browser_logs_in_through_the_ui_and_sees_the_page(airflow, chromium, t
 def test_the_late_merge_trigger_form_offers_its_params(airflow, chromium):
     airflow.client.wait_for_dags(["tidemark_late_merge"])
     chromium.call("Page.navigate", url=f"{airflow.url}/auth/login")
-    log_in(chromium, airflow)
+    log_in(chromium, airflow.username, airflow.password)
     chromium.wait_for("location.pathname !== '/auth/login'", "the login to finish")
 
     chromium.call("Page.navigate", url=f"{airflow.url}/dags/tidemark_late_merge")

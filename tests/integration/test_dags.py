@@ -112,3 +112,19 @@ def test_the_late_merge_form_offers_dry_run_and_a_time_range(dagbag):
     params = dagbag.dags["tidemark_late_merge"].params
     assert {"pipeline", "dry_run", "from", "to"} <= set(params)
     assert params["dry_run"] is False
+
+
+def test_the_late_merge_runs_on_the_quarantine_asset_or_a_clock_behind_a_backlog_gate(dagbag):
+    from airflow.sdk import AssetOrTimeSchedule
+
+    dag = dagbag.dags["tidemark_late_merge"]
+    assert isinstance(dag.timetable, AssetOrTimeSchedule)
+    assert dag.timetable.asset_condition.name == "tidemark_quarantine"
+    assert dag.timetable.timetable.expression == "*/5 * * * *"
+    assert dag.params["min_pending"] == 25
+    # Everything the merge needs waits for the gate, so a gated-out run does nothing else.
+    assert dag.get_task("merge_arguments").upstream_task_ids == {"late_data_waits"}
+    assert dag.get_task("merge_late").upstream_task_ids == {"merge_arguments"}
+    streaming = dagbag.dags["tidemark_streaming"]
+    for task_id in ("available_now.silver", "available_now.pipeline"):
+        assert "tidemark_quarantine" in [asset.name for asset in streaming.get_task(task_id).outlets], task_id

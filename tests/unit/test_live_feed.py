@@ -1,6 +1,7 @@
 """The live feed: telemetry sent as it happens (``tidemark generate --live``, the demo's feed)."""
 
 import itertools
+import json
 
 from spark_jobs.generator import (
     LIVE_LATE_DELAY_MS,
@@ -9,6 +10,7 @@ from spark_jobs.generator import (
     FleetSpec,
     feed_live,
     file_sender,
+    fleet_of,
     live_records,
     send_as_due,
 )
@@ -81,24 +83,28 @@ def test_send_as_due_sends_each_record_once_in_the_tick_its_arrival_has_come():
     assert manifest.valid + sum(manifest.rejected.values()) == manifest.records
 
 
-def test_an_interrupted_feed_returns_what_it_sent():
+def test_a_stopped_feed_returns_what_it_sent():
     clock = FakeClock(FLEET.start_ms / 1000)
     sent: list = []
-
-    def sleep(seconds: float) -> None:
-        if clock.now * 1000 >= FLEET.start_ms + 5_000:
-            raise KeyboardInterrupt
-        clock.sleep(seconds)
-
-    manifest = send_as_due(live_records(FLEET), sent.extend, clock=clock.time, sleep=sleep)
+    manifest = send_as_due(
+        live_records(FLEET),
+        sent.extend,
+        stopped=lambda: clock.now * 1000 >= FLEET.start_ms + 5_000,
+        clock=clock.time,
+        sleep=clock.sleep,
+    )
     assert manifest.records == len(sent) > 0
+    assert max(record.arrival_ms for record in sent) <= FLEET.start_ms + 4_000
 
 
 def test_a_live_feed_starts_minutes_back_with_uploads_minutes_late():
     clock = FakeClock(5_000_000)
     sent: list = []
     fleet = FleetSpec(devices=20, partitions=2, seed=1, interval_ms=2_000, late_ratio=0.1)
-    feed_live(fleet, sent.extend, duration_ms=LIVE_SEGMENT_MS, clock=clock.time, sleep=clock.sleep)
+    manifest = feed_live(fleet, sent.extend, duration_ms=LIVE_SEGMENT_MS, clock=clock.time, sleep=clock.sleep)
+    fleet_sent = fleet_of(json.loads(json.dumps(manifest.live_fleet)))  # as the printed counts carry it
+    assert fleet_sent.start_ms == 5_000_000_000 - LIVE_LEAD_MS and fleet_sent.devices == fleet.devices
+    assert list(itertools.islice(live_records(fleet_sent), len(sent))) == sent
     first_event = min(record.payload["ts"] for record in sent if record.payload and "ts" in record.payload)
     assert 5_000_000_000 - LIVE_LEAD_MS <= first_event < 5_000_000_000 - LIVE_LEAD_MS + fleet.interval_ms
     delays = [record.arrival_ms - record.payload["ts"] for record in sent if record.late]

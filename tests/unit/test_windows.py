@@ -49,3 +49,14 @@ def test_window_is_cleaned_at_end_minus_one_plus_lateness():
 def test_impossible_window_shapes_are_refused(size, slide):
     with pytest.raises(ValueError):
         WindowSpec(size, slide)
+
+
+@pytest.mark.parametrize(
+    "spec", [WindowSpec.tumbling(60), WindowSpec.sliding(60, 20, 5), WindowSpec.tumbling(7, 3)]
+)
+@pytest.mark.parametrize("watermark", [-1_001, -1, 0, 58, 59, 60, 118, 125, 10**9 + 7])
+def test_the_last_fired_window_is_the_latest_ending_window_the_watermark_has_passed(spec, watermark):
+    # Naively: every window holding a timestamp near the watermark, the latest-ending fired one.
+    candidates = {w for t in range(watermark - 2 * spec.size_ms, watermark + 2, 1) for w in spec.assign(t)}
+    fired = [window for window in candidates if is_fired(window, watermark)]
+    assert spec.last_fired(watermark) == max(fired, key=lambda window: window.end)

@@ -1,0 +1,154 @@
+"""The Watermarks page's pieces without Airflow: stream states, charts, and the
+rendered HTML (escaping, self-refresh, the merge form, empty pipelines in one line)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from tidemark_airflow import charts
+from tidemark_airflow.health import Liveness
+from tidemark_airflow.lakehouse import MIN_WATERMARK
+from tidemark_airflow.ui import PipelineView, format_lag, format_time, render_page, stream_state
+
+from spark_jobs.config import load_pipeline
+
+PIPELINE = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines" / "telemetry.yaml"
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+NOW = T0.timestamp() + 3_600
+RUNNING = {"status": "running", "started_at": T0}
+
+
+def step(batch: int, watermark: int, clocks: dict[str, int] | None, on_time: int = 9, late: int = 1) -> dict:
+    return {
+        "batch_id": batch,
+        "watermark": watermark,
+        "processing_time": T0 + timedelta(seconds=10 * batch),
+        "active_partitions": 2,
+        "idle_partitions": 0,
+        "on_time_count": on_time,
+        "late_count": late,
+        "partition_clocks": None
+        if clocks is None
+        else [{"source_partition": p, "partition_watermark": w} for p, w in clocks.items()],
+    }
+
+
+def status(**overrides) -> dict:
+    empty = {
+        "kafka": None,
+        "watermark": None,
+        "partitions": [],
+        "backlog": {},
+        "merges": [],
+        "history": [],
+        "rejects": {},
+        "streams": {"bronze": {"run": None, "live": Liveness()}},
+    }
+    return {**empty, **overrides}
+
+
+def test_a_running_stream_with_a_recent_batch_is_live():
+    assert stream_state(RUNNING, Liveness(last_commit=4, committed_at=NOW - 30), NOW) == "live"
+
+
+def test_a_running_stream_without_a_batch_for_long_is_quiet():
+    assert stream_state(RUNNING, Liveness(last_commit=4, committed_at=NOW - 3_000), NOW) == "quiet"
+
+
+def test_a_batch_at_work_past_the_watchdogs_limit_is_stalled():
+    live = Liveness(last_commit=4, committed_at=NOW - 2_000, running_batch=5, running_since=NOW - 1_000)
+    assert stream_state(RUNNING, live, NOW) == "stalled"
+
+
+def test_a_finished_or_failed_run_is_stopped_or_failed():
+    live = Liveness(last_commit=4, committed_at=NOW - 30)
+    assert stream_state({"status": "succeeded"}, live, NOW) == "stopped"
+    assert stream_state({"status": "failed"}, live, NOW) == "failed"
+    assert stream_state(None, Liveness(), NOW) == "not-started"
+
+
+def test_the_lag_chart_draws_a_line_per_partition_with_the_one_behind_lower():
+    history = [step(1, 10_000, {"0": 10_000, "1": 12_000}), step(2, 20_000, {"0": 20_000, "1": 15_000})]
+    chart = charts.lag_chart(history, format_time, format_lag)
+    assert [series.name for series in chart.series] == ["0", "1"]
+    one = chart.series[1].marks
+    # Partition 1 is 2 s ahead, then 5 s behind: further down the chart (larger y).
+    assert one[1].y > one[0].y
+    assert one[1].tip.endswith("5 s behind") and one[0].tip.endswith("2 s ahead")
+
+
+def test_the_lag_chart_skips_steps_without_clocks_and_infinite_watermarks():
+    history = [step(1, 10_000, None), step(2, 20_000, {"0": 20_000, "1": MIN_WATERMARK})]
+    assert charts.lag_chart(history, format_time, format_lag) is None
+
+
+def test_the_late_share_chart_has_a_bar_per_batch_with_records_taller_when_more_is_late():
+    history = [step(1, 10_000, None, 9, 1), step(2, 20_000, None, 0, 0), step(3, 30_000, None, 5, 5)]
+    chart = charts.late_share_chart(history, format_time)
+    assert len(chart.bars) == 2
+    assert chart.bars[1].height > chart.bars[0].height > 0
+    assert "5 of 10 records late (50.0%)" in chart.bars[1].tip
+    # The tallest bar reaches the top of the plot, where the axis reads its share.
+    assert chart.bars[1].y == charts.TOP and chart.labels[0].text == "50.0%"
+
+
+def test_the_page_refreshes_itself_unless_held():
+    config = load_pipeline(PIPELINE)
+    view = PipelineView("telemetry", str(PIPELINE), config, status=status())
+    assert '<meta http-equiv="refresh" content="10">' in render_page("/lh", [view], T0, refresh=10)
+    assert "http-equiv" not in render_page("/lh", [view], T0, refresh=0)
+
+
+def test_a_pipeline_without_data_is_one_line_and_one_with_data_a_section():
+    config = load_pipeline(PIPELINE)
+    empty = PipelineView("telemetry", str(PIPELINE), config, status=status())
+    page = render_page("/lh", [empty], T0)
+    assert '<li data-pipeline="telemetry">' in page and 'id="pipeline-telemetry"' not in page
+    merges = [
+        {
+            "status": "succeeded",
+            "started_at": T0,
+            "duration_ms": 1,
+            "rows_in": 1,
+            "rows_out": 1,
+            "message": "",
+        }
+    ]
+    ran = PipelineView("telemetry", str(PIPELINE), config, status=status(merges=merges))
+    page = render_page("/lh", [ran], T0)
+    assert 'id="pipeline-telemetry"' in page and '<li data-pipeline="telemetry">' not in page
+    assert '<form class="merge" method="post" action="pipelines/telemetry/merge">' in page
+
+
+def test_everything_read_from_files_and_tables_is_escaped():
+    config = load_pipeline(PIPELINE)
+    hostile = "<script>alert(1)</script>"
+    merges = [
+        {
+            "status": "failed",
+            "started_at": T0,
+            "duration_ms": 1,
+            "rows_in": 0,
+            "rows_out": 0,
+            "message": hostile,
+        }
+    ]
+    views = [
+        PipelineView("telemetry", hostile, config, status=status(merges=merges, rejects={hostile: 3})),
+        PipelineView("broken", "/x.yaml", error=hostile),
+    ]
+    page = render_page(hostile, views, T0, notice={"kind": "error", "text": hostile})
+    assert "<script>" not in page
+    # The lakehouse, the notice, the file, the load error, the merge message, the reason (twice).
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") == 7
+
+
+def test_the_summary_names_the_last_window_the_watermark_fired():
+    config = load_pipeline(PIPELINE)  # tumbling one-minute windows
+    watermark = int(T0.timestamp() * 1000) + 59_999  # 12:00:59.999 fires [12:00, 12:01)
+    view = PipelineView(
+        "telemetry", str(PIPELINE), config, status=status(watermark=watermark, history=[step(1, 1, None)])
+    )
+    page = render_page("/lh", [view], T0)
+    assert '<dd class="fired">[2026-03-01 12:00:00.000, 2026-03-01 12:01:00.000)</dd>' in page
