@@ -66,7 +66,7 @@ test-fast: setup
 bench: setup
 	$(PY) -m tests.benchmarks.bench
 
-# The whole pipeline under a real `airflow standalone` (Airflow's state in .tidemark/, the
+# The pipeline live under a real `airflow standalone` until `make stop` (Airflow's state in .tidemark/, the
 # tables in ./lakehouse, every command's default).
 demo: setup
 	PYTHONPATH=plugins $(PY) -m tidemark_airflow.demo
