@@ -2,17 +2,19 @@
 offline status history of keys with late tracks).
 
 Runs after each silver pass that emits the quarantine Asset and every 5 minutes
-(continuous streams emit no Asset); those runs merge once `min_pending` late
-records wait, and at the top of each hour whatever waits. A run triggered from
-the UI always merges, with Params: a dry run prints what would change and writes
-nothing; a time range limits the merge to windows starting in ``[from, to)``."""
+(continuous streams emit no Asset). Such a run merges every configured pipeline
+with `min_pending` late records waiting, and at the top of each hour every one
+with any (a merge task per pipeline). A run triggered from the UI merges its
+`pipeline`, with Params: a dry run prints what would change and writes nothing;
+a time range limits the merge to windows starting in ``[from, to)``."""
 
 from datetime import timedelta
 
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 from airflow.sdk.types import DagRunProtocol
-from tidemark_airflow.merging import merge_due, pending_late_records
+from tidemark_airflow.merging import pending_late_records, pipelines_due
 from tidemark_airflow.operators import (
+    BATCH_TIMEOUT,
     DEFAULT_ARGS,
     GOLD_ASSET,
     QUARANTINE_ASSET,
@@ -44,21 +46,23 @@ def time_bound(description: str) -> Param:
             25,
             type="integer",
             minimum=0,
-            description="scheduled and Asset-triggered runs merge once this many late records wait",
+            description="scheduled and Asset-triggered runs merge a pipeline once this many wait",
         ),
     },
     **dag_settings("merge", default_args={**DEFAULT_ARGS, "retry_delay": timedelta(minutes=1)}),
 )
 def tidemark_late_merge() -> None:
-    @task.short_circuit
-    def late_data_waits(params: dict | None = None, dag_run: DagRunProtocol | None = None) -> bool:
-        pending = pending_late_records(params["pipeline"])
-        print(f"{pending} late records wait")
-        return merge_due(pending, params["min_pending"], dag_run.run_type, dag_run.logical_date)
+    @task
+    def pipelines_to_merge(params: dict | None = None, dag_run: DagRunProtocol | None = None) -> list[str]:
+        if dag_run.run_type == "manual":
+            return [params["pipeline"]]
+        pending = pending_late_records()
+        print(", ".join(f"{name}: {count} late records wait" for name, count in pending.items()))
+        return pipelines_due(pending, params["min_pending"], dag_run.run_type, dag_run.logical_date)
 
     @task
-    def merge_arguments(params: dict | None = None) -> list[str]:
-        arguments = ["--pipeline", pipeline_file(params["pipeline"])]
+    def merge_arguments(pipeline: str, params: dict | None = None) -> list[str]:
+        arguments = ["--pipeline", pipeline_file(pipeline)]
         if params["dry_run"]:
             arguments.append("--dry-run")
         for flag in ("from", "to"):
@@ -66,14 +70,14 @@ def tidemark_late_merge() -> None:
                 arguments += [f"--{flag}", params[flag]]
         return arguments
 
-    arguments = merge_arguments()
-    late_data_waits() >> arguments
-    TidemarkJobOperator(
+    # A merge task per pipeline due; with none due, the run skips them and ends.
+    # (A mapped task takes its deadline from here: the operator's own default is set when it is built.)
+    TidemarkJobOperator.partial(
         task_id="merge_late",
         job="merge_late",
-        job_args=arguments,
         outlets=[GOLD_ASSET, STATUS_ASSET],
-    )
+        execution_timeout=BATCH_TIMEOUT,
+    ).expand(job_args=merge_arguments.expand(pipeline=pipelines_to_merge()))
 
 
 tidemark_late_merge()

@@ -51,15 +51,27 @@ def test_stalled_streams_and_replays_are_not_retried_blindly_but_streams_are(dag
 
 
 def test_every_spark_batch_task_has_a_deadline_and_no_stream_has_one(dagbag):
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
     from tidemark_airflow.operators import SupervisedStreamOperator, TidemarkJobOperator
 
+    def deadline(task):  # a mapped task's arguments are only its partial ones until it runs
+        return (
+            task.partial_kwargs.get("execution_timeout")
+            if isinstance(task, MappedOperator)
+            else task.execution_timeout
+        )
+
+    def kind(task):
+        return task.operator_class if isinstance(task, MappedOperator) else type(task)
+
     tasks = [task for dag in dagbag.dags.values() for task in dag.tasks]
-    jobs = [task for task in tasks if isinstance(task, TidemarkJobOperator)]
-    streams = [task for task in jobs if isinstance(task, SupervisedStreamOperator)]
-    assert streams and all(task.execution_timeout is None for task in streams)
+    jobs = [task for task in tasks if issubclass(kind(task), TidemarkJobOperator)]
+    streams = [task for task in jobs if issubclass(kind(task), SupervisedStreamOperator)]
+    assert streams and all(deadline(task) is None for task in streams)
     batches = [task for task in jobs if task not in streams]
-    assert len(batches) >= 8 and all(task.execution_timeout for task in batches), [
-        task.task_id for task in batches if not task.execution_timeout
+    assert any(isinstance(task, MappedOperator) for task in batches)
+    assert len(batches) >= 9 and all(deadline(task) for task in batches), [
+        task.task_id for task in batches if not deadline(task)
     ]
 
 
@@ -122,9 +134,16 @@ def test_the_late_merge_runs_on_the_quarantine_asset_or_a_clock_behind_a_backlog
     assert dag.timetable.asset_condition.name == "tidemark_quarantine"
     assert dag.timetable.timetable.expression == "*/5 * * * *"
     assert dag.params["min_pending"] == 25
-    # Everything the merge needs waits for the gate, so a gated-out run does nothing else.
-    assert dag.get_task("merge_arguments").upstream_task_ids == {"late_data_waits"}
+    # A merge per pipeline due: the gate's list maps the arguments, and they map the merges.
+    assert dag.get_task("merge_arguments").upstream_task_ids == {"pipelines_to_merge"}
     assert dag.get_task("merge_late").upstream_task_ids == {"merge_arguments"}
+
+
+def test_a_late_merge_someone_triggers_merges_its_pipeline_whatever_waits(dagbag):
+    choose = dagbag.dags["tidemark_late_merge"].get_task("pipelines_to_merge").python_callable
+    manual = SimpleNamespace(run_type="manual", logical_date=None)
+    # No lakehouse is read: the pipeline asked for is merged, even with nothing waiting.
+    assert choose(params={"pipeline": "clickstream", "min_pending": 25}, dag_run=manual) == ["clickstream"]
     streaming = dagbag.dags["tidemark_streaming"]
     for task_id in ("available_now.silver", "available_now.pipeline"):
         assert "tidemark_quarantine" in [asset.name for asset in streaming.get_task(task_id).outlets], task_id
