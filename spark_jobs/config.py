@@ -227,11 +227,15 @@ PIPELINE_HELP = (
 
 def configured_pipeline_files(entries: str | None = None) -> dict[str, str]:
     """Pipeline file stem -> YAML file, from ``entries`` (files or folders,
-    colon-separated), else ``$TIDEMARK_PIPELINES``, else the shipped pipelines."""
+    colon-separated), else ``$TIDEMARK_PIPELINES``, else the shipped pipelines. An
+    entry that is neither is an error naming it (a typo there would otherwise hide
+    every pipeline behind a misleading "no configured pipeline")."""
     entries = entries or os.environ.get("TIDEMARK_PIPELINES") or str(SHIPPED_PIPELINES)
     found: dict[str, str] = {}
     for entry in filter(None, entries.split(":")):
         path = Path(entry)
+        if not path.exists():
+            raise ConfigError("TIDEMARK_PIPELINES", f"no file or folder {entry!r}")
         files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
         for file in files:
             found[file.stem] = str(file)

@@ -13,7 +13,7 @@ from spark_jobs.catalog import (
     register_statement,
     registries_for,
 )
-from spark_jobs.config import configured_pipeline_files
+from spark_jobs.config import ConfigError, configured_pipeline_files
 from spark_jobs.jobs.sql_server import build_parser, port_number, server_conf
 from spark_jobs.sql import quote_identifier, string_literal
 from spark_jobs.sql_client import condensed_error
@@ -93,6 +93,11 @@ def test_configured_pipelines_come_from_files_and_folders(tmp_path):
     single.write_text("pipeline: b\n")
     found = configured_pipeline_files(f"{tmp_path}:{single}")
     assert found == {"a": str(tmp_path / "a.yaml"), "b": str(single)}
+
+
+def test_a_configured_entry_that_does_not_exist_is_an_error_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"TIDEMARK_PIPELINES: no file or folder '.*nowhere'"):
+        configured_pipeline_files(f"{tmp_path}:{tmp_path / 'nowhere'}")
 
 
 def test_the_server_binds_to_loopback_unless_told_otherwise():
