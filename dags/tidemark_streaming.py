@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from airflow.sdk import Param, TaskGroup, dag, task
 from airflow.sdk.types import DagRunProtocol, RuntimeTaskInstanceProtocol
+from tidemark_airflow.health import STALL_AFTER
 from tidemark_airflow.operators import (
     GOLD_ASSET,
     PIPELINE_ARGS,
@@ -94,7 +95,7 @@ def tidemark_streaming() -> None:
                 job=job,
                 job_args=continuous_args,
                 checkpoint=f"{{{{ checkpoint_of(params.pipeline, '{job}') }}}}",
-                stall_after=timedelta(minutes=15),
+                stall_after=STALL_AFTER,
                 retries=5,
             )
         SupervisedStreamOperator(
@@ -102,7 +103,7 @@ def tidemark_streaming() -> None:
             job="run",
             job_args=continuous_args,
             checkpoint="{{ checkpoint_of(params.pipeline) }}",
-            stall_after=timedelta(minutes=15),
+            stall_after=STALL_AFTER,
             retries=5,
         )
 

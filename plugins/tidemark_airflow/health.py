@@ -13,6 +13,10 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
+# How long a micro-batch may go without committing before its stream counts as stalled:
+# the streaming DAG's watchdog kills it then, and the Watermarks page says so.
+STALL_AFTER = timedelta(minutes=15)
+
 
 def _batch_ids(folder: str) -> dict[int, float]:
     """Batch id -> modification time of the checkpoint log files in ``folder``."""
@@ -37,16 +41,12 @@ def stalled_batch(
     A batch counts from when it started or from ``watched_since``, whichever is
     later: a stream restarted after a kill re-runs its uncommitted batch without
     rewriting its offsets, and must get the whole limit to commit it."""
-    started = _batch_ids(os.path.join(checkpoint, "offsets"))
-    if not started:
+    live = liveness(checkpoint)
+    now = time.time() if now is None else now
+    if not live.is_stalled(stall_after, now, watched_since):
         return None
-    latest = max(started)
-    if latest in _batch_ids(os.path.join(checkpoint, "commits")):
-        return None
-    running_for = (time.time() if now is None else now) - max(started[latest], watched_since)
-    if running_for < stall_after.total_seconds():
-        return None
-    return f"micro-batch {latest} has gone {running_for:.0f} s without committing"
+    running_for = live.running_for(now, watched_since)
+    return f"micro-batch {live.running_batch} has gone {running_for:.0f} s without committing"
 
 
 def stalled_query(
@@ -73,6 +73,16 @@ class Liveness:
     committed_at: float | None = None
     running_batch: int | None = None
     running_since: float | None = None
+
+    def running_for(self, now: float, watched_since: float = 0.0) -> float | None:
+        """Seconds the batch at work has been at it, from the later of its start and
+        ``watched_since``; None between batches."""
+        return None if self.running_since is None else now - max(self.running_since, watched_since)
+
+    def is_stalled(self, stall_after: timedelta, now: float, watched_since: float = 0.0) -> bool:
+        """Whether the batch at work has gone ``stall_after`` without committing."""
+        running_for = self.running_for(now, watched_since)
+        return running_for is not None and running_for >= stall_after.total_seconds()
 
 
 def liveness(checkpoint: str) -> Liveness:

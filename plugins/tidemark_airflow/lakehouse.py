@@ -251,8 +251,10 @@ def pending_late(backlog: dict[str, int]) -> int:
     return max(backlog.values(), default=0)
 
 
-def recent_runs(root: str, pipeline: str, job: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
-    """The pipeline's latest ``limit`` job runs from ``ops.runs`` (optionally of
+def recent_runs(
+    root: str, pipeline: str, job: str | None = None, limit: int | None = 20
+) -> list[dict[str, Any]]:
+    """The pipeline's latest ``limit`` (None: all) job runs from ``ops.runs`` (optionally of
     one ``job``, e.g. ``merge_late``), newest start first, each in its latest
     state: a run killed before it ended stays ``running``."""
     where = _of_pipeline(pipeline)
@@ -267,7 +269,7 @@ def recent_runs(root: str, pipeline: str, job: str | None = None, limit: int = 2
     ordered = runs.sort_by([("started_at", "descending"), ("ended_at", "descending", "at_end")])
     numbered = ordered.append_column("row", pa.array(range(ordered.num_rows), pa.int64()))
     firsts = numbered.group_by("run_id").aggregate([("row", "min")]).column("row_min")
-    newest = pc.take(firsts, pc.sort_indices(firsts))[: max(limit, 0)]
+    newest = pc.take(firsts, pc.sort_indices(firsts))[: None if limit is None else max(limit, 0)]
     return ordered.take(newest).to_pylist()
 
 
@@ -318,9 +320,12 @@ def rejects_by_reason(root: str, pipeline: str, since: datetime) -> dict[str, in
 
 
 def latest_runs(root: str, pipeline: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
-    """Each of ``jobs``'s newest run (:func:`recent_runs`), for those that ran."""
-    latest = {job: recent_runs(root, pipeline, job=job, limit=1) for job in jobs}
-    return {job: runs[0] for job, runs in latest.items() if runs}
+    """Each of ``jobs``'s newest run (:func:`recent_runs`, newest first), for those that ran."""
+    latest: dict[str, dict[str, Any]] = {}
+    for run in recent_runs(root, pipeline, limit=None):
+        if run["job"] in jobs:
+            latest.setdefault(run["job"], run)
+    return latest
 
 
 def table_rows(root: str, layer: str, name: str) -> list[dict[str, Any]]:

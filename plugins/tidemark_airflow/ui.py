@@ -43,7 +43,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline
 from tidemark_airflow import charts, lakehouse
-from tidemark_airflow.health import Liveness, liveness
+from tidemark_airflow.health import STALL_AFTER, Liveness, liveness
 from tidemark_airflow.lakehouse import EPOCH, MAX_WATERMARK, MIN_WATERMARK, is_finite
 
 URL_PREFIX = "/tidemark"
@@ -51,8 +51,7 @@ HISTORY_POINTS = 500
 MERGES_SHOWN = 10
 REFRESH_S = 10
 REJECTS_SINCE = timedelta(hours=24)
-# A stream is stalled past its watchdog's limit (tidemark_streaming), quiet after this long without a batch.
-STALL_AFTER = timedelta(minutes=15)
+# A running stream is quiet after this long without a batch.
 QUIET_AFTER = timedelta(minutes=10)
 RUN_DAGS = ("tidemark_streaming", "tidemark_late_merge")
 RUNS_SHOWN = 3  # of each DAG
@@ -400,7 +399,7 @@ def has_data(status: dict[str, Any]) -> bool:
 def stream_state(run: dict[str, Any] | None, live: Liveness, now: float) -> str:
     """live, quiet (running, no batch for a while), stalled (a batch past the
     watchdog's limit), stopped, failed or not-started."""
-    if live.running_since is not None and now - live.running_since > STALL_AFTER.total_seconds():
+    if live.is_stalled(STALL_AFTER, now):
         return "stalled"
     if run is None:
         return "not-started" if live.last_commit is None else "stopped"
