@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from spark_jobs.eventtime.generators import STRATEGIES, WatermarkSpec
+from spark_jobs.eventtime.generators import STRATEGIES, GeneratorError, WatermarkSpec
 from spark_jobs.eventtime.model import Rules
 from spark_jobs.eventtime.windows import WindowSpec
 from spark_jobs.transforms.aggregates import AGGREGATES
@@ -326,7 +326,7 @@ def parse_pipeline(document: Any, source_file: str | None = None) -> PipelineCon
                 )
 
     key = _columns(_required(top, "key", ""), schema, "key")
-    watermark = _watermark(_required(top, "watermark", ""), schema)
+    watermark = parse_watermark(_required(top, "watermark", ""), schema, source_file)
     window = _window(_required(top, "window", ""))
     lateness = parse_duration(top.get("allowed_lateness", "0s"), "allowed_lateness")
     measures = _measures(top.get("measures") or {}, schema, key)
@@ -537,9 +537,14 @@ def _zone_names() -> frozenset[str]:
     return frozenset(zoneinfo.available_timezones())
 
 
-def _watermark(value: Any, schema: Mapping[str, str]) -> WatermarkSpec:
+def parse_watermark(value: Any, schema: Mapping[str, str], source_file: str | None = None) -> WatermarkSpec:
+    """A pipeline file's `watermark` section, checked (ConfigError names the field)."""
     section = _mapping(value, "watermark")
-    _reject_unknown(section, {"strategy", "max_out_of_orderness", "idleness", "marker_column"}, "watermark.")
+    _reject_unknown(
+        section,
+        {"strategy", "max_out_of_orderness", "idleness", "marker_column", "generator", "options"},
+        "watermark.",
+    )
     strategy = _one_of(_required(section, "strategy", "watermark."), STRATEGIES, "watermark.strategy")
     bound = 0
     if strategy == "bounded":
@@ -553,16 +558,48 @@ def _watermark(value: Any, schema: Mapping[str, str]) -> WatermarkSpec:
     marker = None
     if strategy == "punctuated":
         marker = _column(_required(section, "marker_column", "watermark."), schema, "watermark.marker_column")
+    elif strategy == "custom" and "marker_column" in section:
+        marker = _column(section["marker_column"], schema, "watermark.marker_column")
     elif "marker_column" in section:
         raise ConfigError(
-            "watermark.marker_column", f"only applies to the punctuated strategy, not {strategy}"
+            "watermark.marker_column", f"only applies to the punctuated and custom strategies, not {strategy}"
         )
+    for custom_only in ("generator", "options"):
+        if strategy != "custom" and custom_only in section:
+            raise ConfigError(
+                f"watermark.{custom_only}", f"only applies to the custom strategy, not {strategy}"
+            )
     idleness = None
     if section.get("idleness") is not None:
         idleness = parse_duration(section["idleness"], "watermark.idleness", allow_zero=False)
-    return WatermarkSpec(
-        strategy=strategy, max_out_of_orderness_ms=bound, idleness_ms=idleness, marker_column=marker
+    spec = WatermarkSpec(
+        strategy=strategy,
+        max_out_of_orderness_ms=bound,
+        idleness_ms=idleness,
+        marker_column=marker,
+        **(_custom_generator(section, source_file) if strategy == "custom" else {}),
     )
+    if spec.generator is not None:
+        # Built once here, so a missing class, refused options or a wrong shape fail
+        # before Spark starts.
+        try:
+            spec.new_generator()
+        except GeneratorError as error:
+            raise ConfigError(f"watermark.{error.field}", str(error)) from None
+    return spec
+
+
+def _custom_generator(section: Mapping[str, Any], source_file: str | None) -> dict[str, Any]:
+    """The custom strategy's class reference and options; a module beside the
+    pipeline file is found."""
+    reference = _required(section, "generator", "watermark.")
+    if not isinstance(reference, str):
+        raise ConfigError("watermark.generator", f"expected 'package.module:Class'; got {reference!r}")
+    options = section.get("options") or {}
+    if not isinstance(options, Mapping) or not all(isinstance(key, str) for key in options):
+        raise ConfigError("watermark.options", f"expected a mapping of keyword arguments; got {options!r}")
+    folder = str(Path(source_file).resolve().parent) if source_file else None
+    return {"generator": reference, "options": dict(options), "search_folder": folder}
 
 
 def _window(value: Any) -> WindowSpec:

@@ -118,6 +118,8 @@ PARTITION_CLOCKS_TYPE = ArrayType(
             StructField("last_data_ms", LongType()),
             StructField("is_idle", BooleanType()),
             StructField("is_aligned", BooleanType()),
+            # A custom generator's snapshot() as JSON (eventtime.generators).
+            StructField("generator_state", StringType()),
         ]
     )
 )
@@ -189,6 +191,7 @@ def ops_tables(root: str | None = None) -> list[TableRef]:
             ("last_data_at", ts),
             ("batch_id", long),
             ("updated_at", ts, False),
+            ("generator_state", string),
         ),
         "watermark_history": _fields(
             ("pipeline", string, False),

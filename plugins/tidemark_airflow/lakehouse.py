@@ -136,7 +136,11 @@ def _clock(root: str, pipeline: str) -> tuple[ClockState, dict[str, dict[str, An
     version on (delta-rs skips the files of older steps by their statistics, so a page
     load or a sensor's poke does not read the whole history). Also the snapshot's rows
     by partition."""
-    clocks = _read(root, "ops", "watermarks", [*CLOCK_COLUMNS, "batch_id"], _of_pipeline(pipeline))
+    watermarks = _open(root, "ops", "watermarks")
+    # A custom generator's state is part of the clock (written since custom generators exist).
+    stateful = watermarks is not None and "generator_state" in watermarks.schema().to_arrow().names
+    columns = [*CLOCK_COLUMNS, "batch_id", *(["generator_state"] if stateful else [])]
+    clocks = _read(root, "ops", "watermarks", columns, _of_pipeline(pipeline))
     snapshot = [] if clocks is None else clocks.to_pylist()
     for row in snapshot:
         row["max_event_ms"], row["last_data_ms"] = (

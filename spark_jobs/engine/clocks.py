@@ -80,6 +80,8 @@ def read_clock_state(spark: SparkSession, registry: TableRegistry) -> ClockState
             "is_idle",
             "is_aligned",
             "batch_id",
+            # Written before custom generators existed: the column comes with the first new snapshot.
+            F.col("generator_state") if "generator_state" in clocks.columns else F.lit(None).cast("string"),
         )
         .collect()
     ]
@@ -185,12 +187,12 @@ def plan_clocks(
     this trigger, or already in bronze beyond it) or the source reported unread
     input for it (Kafka lag) at this version or a later one of the trigger."""
     reports = reports or {}
-    versions = sorted({row[0] for row in summary})
+    versions = sorted({row.version for row in summary})
     by_version: dict[int, dict[str, PartitionInput]] = {v: {} for v in versions}
     processing: dict[int, int] = {}
-    for version, partition, max_ts, max_marker, processing_ms, _ in summary:
-        by_version[version][partition] = PartitionInput(max_ts, max_marker)
-        processing[version] = max(processing.get(version, processing_ms), processing_ms)
+    for row in summary:
+        by_version[row.version][row.source_partition] = row.sent
+        processing[row.version] = max(processing.get(row.version, row.processing_ms), row.processing_ms)
     plan = []
     for index, version in enumerate(versions):
         known = known_partitions(report for at, report in reports.items() if at <= version)
@@ -311,6 +313,7 @@ def partition_clock_rows(
             utc_moment(snapshot.last_data_at),
             last_version,
             now,
+            snapshot.generator_state,
         )
         for snapshot in tracker.snapshots()
     ]
@@ -345,6 +348,7 @@ def write_partition_clocks(
         (
             rows.write.format("delta")
             .mode("overwrite")
+            .option("mergeSchema", "true")  # a table written before generator_state gains it
             .option("replaceWhere", f"pipeline = {string_literal(name)}")
             .option("txnAppId", txn[0])
             .option("txnVersion", txn[1])
@@ -363,6 +367,7 @@ def write_partition_clocks(
                 )
                 .whenMatchedUpdateAll(condition=F.col("s.batch_id") >= F.col("t.batch_id"))
                 .whenNotMatchedInsertAll()
+                .withSchemaEvolution()
                 .execute()
             )
 

@@ -6,10 +6,12 @@ The per-record rules are the DataFrame functions of ``transforms.windows``."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import NamedTuple
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.eventtime.generators import DISORDER_PERMILLE, PartitionInput
 from spark_jobs.tables import TableRegistry, change_feed
 from spark_jobs.transforms.windows import (
     is_marker,
@@ -19,15 +21,30 @@ from spark_jobs.transforms.windows import (
 LATE_REASON = "window_cleaned"
 
 
-# (version, partition, max data ts, max marker, processing ms, rows)
-Summary = tuple[int, str, int | None, int | None, int, int]
+class Summary(NamedTuple):
+    """What one source partition sent in one bronze version (an event-time micro-batch)."""
+
+    version: int
+    source_partition: str
+    sent: PartitionInput
+    processing_ms: int
+    rows: int  # every row, markers included
 
 
 def read_bronze_changes(spark: SparkSession, registry: TableRegistry) -> DataFrame:
     """Bronze as a stream of inserts, each tagged with its bronze commit ``version``."""
+    return _inserts(change_feed(spark.readStream, registry.bronze.path))
+
+
+def read_bronze_history(spark: SparkSession, registry: TableRegistry, last: int) -> DataFrame:
+    """Bronze's inserts through version ``last``, each tagged with its ``version``, as
+    silver's stream reads them (a batch read, for the what-if over history)."""
+    return _inserts(change_feed(spark.read, registry.bronze.path, 0, last))
+
+
+def _inserts(changes: DataFrame) -> DataFrame:
     return (
-        change_feed(spark.readStream, registry.bronze.path)
-        .where(F.col("_change_type") == "insert")
+        changes.where(F.col("_change_type") == "insert")
         .withColumnRenamed("_commit_version", "version")
         .drop("_change_type", "_commit_timestamp")
     )
@@ -39,21 +56,53 @@ def timed_records(changes: DataFrame, registry: TableRegistry) -> DataFrame:
     return changes.withColumn("ts_ms", record_millis(config)).withColumn("is_marker", is_marker(config))
 
 
-def version_summary(records: DataFrame) -> list[Summary]:
-    """Per bronze version and partition, what the watermark generators need."""
-    rows = (
-        records.groupBy("version", "source_partition")
-        .agg(
-            F.max(F.when(~F.col("is_marker"), F.col("ts_ms"))).alias("max_ts"),
-            F.max(F.when(F.col("is_marker"), F.col("ts_ms"))).alias("max_marker"),
-            F.max(F.unix_millis("processing_time")).alias("processing_ms"),
-            F.count(F.lit(1)).alias("rows"),
-        )
-        .collect()
-    )
+def version_summary(records: DataFrame, with_disorder: bool) -> list[Summary]:
+    """Per bronze version and partition, what the watermark generators need: the
+    largest data timestamp and marker, and ``with_disorder`` (for a custom
+    generator) the count, the smallest and the disorder quantiles' timestamps of the data
+    (:func:`~spark_jobs.eventtime.generators.quantile_timestamps`, computed here
+    with the same integer ranks)."""
+    data_ts = F.when(~F.col("is_marker"), F.col("ts_ms"))
+    aggregates = [
+        F.max(data_ts).alias("max_ts"),
+        F.max(F.when(F.col("is_marker"), F.col("ts_ms"))).alias("max_marker"),
+        F.max(F.unix_millis("processing_time")).alias("processing_ms"),
+        F.count(F.lit(1)).alias("rows"),
+    ]
+    if with_disorder:
+        aggregates += [
+            F.count(data_ts).alias("data_rows"),
+            F.min(data_ts).alias("min_ts"),
+            F.array_sort(F.collect_list(data_ts)).alias("data_ts"),
+        ]
+    summary = records.groupBy("version", "source_partition").agg(*aggregates)
+    if with_disorder:
+        quantiles = quantile_timestamps_column("data_ts").alias("quantile_ts")
+        summary = summary.select("*", quantiles).drop("data_ts")
     return sorted(
-        (r.version, r.source_partition, r.max_ts, r.max_marker, r.processing_ms, r.rows) for r in rows
+        Summary(r.version, r.source_partition, _sent(r, with_disorder), r.processing_ms, r.rows)
+        for r in summary.collect()
     )
+
+
+def _sent(row: Row, with_disorder: bool) -> PartitionInput:
+    if not with_disorder:
+        return PartitionInput(row.max_ts, row.max_marker)
+    return PartitionInput(row.max_ts, row.max_marker, row.data_rows, row.min_ts, tuple(row.quantile_ts))
+
+
+def quantile_timestamps_column(ascending: str) -> Column:
+    """:func:`~spark_jobs.eventtime.generators.quantile_timestamps` of the sorted
+    (ascending) array column ``ascending``: the rank-th largest is element
+    ``n - rank + 1``, with the rank in exact integer arithmetic. Empty for an empty array."""
+    count = F.size(ascending)
+    # disorder_rank: max(1, ceil(permille * n / 1000)) in integers.
+    ranks = [
+        F.greatest(F.lit(1), F.expr(f"({permille:d} * size({ascending}) + 999) div 1000").cast("int"))
+        for permille in DISORDER_PERMILLE
+    ]
+    at_ranks = F.array(*(F.element_at(ascending, count - rank + 1) for rank in ranks))
+    return F.when(count > 0, at_ranks).otherwise(F.array().cast("array<long>"))
 
 
 def quarantine_rows(late: DataFrame, registry: TableRegistry, now: datetime) -> DataFrame:

@@ -54,6 +54,8 @@ def partition_snapshot(clock: Mapping) -> PartitionSnapshot:
         clock["last_data_ms"],
         bool(clock["is_idle"]),
         bool(clock["is_aligned"]),
+        # Absent from clocks recorded before custom generators existed.
+        clock.get("generator_state"),
     )
 
 
@@ -66,6 +68,7 @@ def clock_entry(snapshot: PartitionSnapshot) -> dict[str, object]:
         "last_data_ms": snapshot.last_data_at,
         "is_idle": snapshot.is_idle,
         "is_aligned": snapshot.is_aligned,
+        "generator_state": snapshot.generator_state,
     }
 
 

@@ -29,7 +29,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_jobs.eventtime.generators import WatermarkSpec
+from spark_jobs.eventtime.generators import WatermarkSpec, quantile_timestamps
 from spark_jobs.eventtime.tracker import PartitionInput, WatermarkTracker
 from spark_jobs.eventtime.windows import Window, WindowSpec, is_cleaned, is_fired
 from spark_jobs.transforms.aggregates import AGGREGATES, python_value
@@ -151,14 +151,24 @@ def aggregate(column: str, function: str, records: Sequence[Record]) -> Any:
 
 def summarize(records: Sequence[Record]) -> dict[Hashable, PartitionInput]:
     """A batch as the generators see it: per partition, the largest data timestamp
-    and the largest marker (a bounded generator only ever needs the maximum)."""
-    data: dict[Hashable, int] = {}
+    and the largest marker (a bounded generator only ever needs the maximum), with
+    the count, the smallest and the disorder quantiles' timestamps of its data for
+    a custom generator."""
+    data: dict[Hashable, list[int]] = {}
     markers: dict[Hashable, int] = {}
     for record in records:
-        seen = markers if record.marker else data
-        seen[record.partition] = max(seen.get(record.partition, record.timestamp), record.timestamp)
+        if record.marker:
+            markers[record.partition] = max(markers.get(record.partition, record.timestamp), record.timestamp)
+        else:
+            data.setdefault(record.partition, []).append(record.timestamp)
     return {
-        partition: PartitionInput(data.get(partition), markers.get(partition))
+        partition: PartitionInput(
+            max(data[partition]) if partition in data else None,
+            markers.get(partition),
+            len(data.get(partition, ())),
+            min(data[partition]) if partition in data else None,
+            quantile_timestamps(data.get(partition, ())),
+        )
         for partition in sorted({*data, *markers}, key=str)
     }
 

@@ -13,17 +13,8 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
-from spark_jobs.eventtime.generators import PartitionGenerator, WatermarkSpec
+from spark_jobs.eventtime.generators import PartitionGenerator, PartitionInput, WatermarkSpec
 from spark_jobs.eventtime.valve import PartitionClock, ValveState, WatermarkValve
-
-
-@dataclass(frozen=True)
-class PartitionInput:
-    """What one partition sent in one batch: its largest data timestamp and its
-    largest marker watermark (either may be absent)."""
-
-    max_timestamp: int | None = None
-    max_marker: int | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +27,7 @@ class PartitionSnapshot:
     last_data_at: int | None
     is_idle: bool
     is_aligned: bool
+    generator_state: str | None = None  # a custom generator's snapshot(), as JSON text
 
 
 class WatermarkTracker:
@@ -50,7 +42,7 @@ class WatermarkTracker:
 
     def restore(self, snapshot: PartitionSnapshot) -> None:
         self.generators[snapshot.partition] = PartitionGenerator.restored(
-            self.spec, snapshot.max_timestamp, snapshot.watermark
+            self.spec, snapshot.max_timestamp, snapshot.watermark, snapshot.generator_state
         )
         self.valve.clocks[snapshot.partition] = PartitionClock(
             snapshot.watermark, snapshot.last_data_at, snapshot.is_idle, snapshot.is_aligned
@@ -67,12 +59,10 @@ class WatermarkTracker:
         """Apply one micro-batch: feed each partition's generator, then the valve."""
         emitted = {}
         for partition, sent in inputs.items():
-            generator = self.generators.setdefault(partition, PartitionGenerator(self.spec))
-            if sent.max_timestamp is not None:
-                generator.on_event(sent.max_timestamp)
-            if sent.max_marker is not None:
-                generator.on_marker(sent.max_marker)
-            emitted[partition] = generator.emit()
+            generator = self.generators.get(partition)
+            if generator is None:
+                generator = self.generators[partition] = PartitionGenerator(self.spec)
+            emitted[partition] = generator.advance(sent)
         return self.valve.update(now, emitted, backlog)
 
     def flush(self) -> ValveState:
@@ -85,11 +75,13 @@ class WatermarkTracker:
         return [
             PartitionSnapshot(
                 partition,
-                self.generators[partition].max_timestamp if partition in self.generators else None,
+                generator.max_timestamp if generator else None,
                 clock.watermark,
                 clock.last_data_at,
                 clock.is_idle,
                 clock.is_aligned,
+                generator.generator_state if generator else None,
             )
             for partition, clock in sorted(self.valve.clocks.items(), key=lambda item: str(item[0]))
+            for generator in [self.generators.get(partition)]
         ]

@@ -123,10 +123,10 @@ class SilverBatchWriter(BatchWriter):
         now = datetime.now(UTC)
         records = timed_records(batch, registry).persist()
         try:
-            summary = version_summary(records)
+            summary = version_summary(records, config.watermark.needs_disorder)
             if not summary:
                 return
-            last_version = max(row[0] for row in summary)
+            last_version = max(row.version for row in summary)
             history = f"{self.app_id}:history"
             own = frozenset({history, f"{self.app_id}:watermarks"})
             saved = self.clock.recall(spark, registry, own)
@@ -147,7 +147,7 @@ class SilverBatchWriter(BatchWriter):
                 backlog_beyond(spark, registry, last_version, latest),
                 # The trigger's own versions only: a replay after a crash, with bronze
                 # grown since, must plan exactly as the first run did.
-                source_reports(spark, registry, summary[0][0], last_version),
+                source_reports(spark, registry, summary[0].version, last_version),
             )
             clocks = local_rows(
                 spark,
@@ -189,7 +189,7 @@ class SilverBatchWriter(BatchWriter):
             records.unpersist()
         on_time_total = sum(on for on, _ in per_version.values())
         self.totals.batches += 1
-        self.totals.rows_in += sum(row[5] for row in summary)
+        self.totals.rows_in += sum(row.rows for row in summary)
         self.totals.rows_out += on_time_total
         self.totals.late += late_total
 

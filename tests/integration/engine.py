@@ -294,3 +294,15 @@ def run_job_once(spark, registry: TableRegistry, job: str) -> int:
     checkpoint = join(registry.root, "_checkpoints", registry.config.name, job)
     context = JobContext(job, registry.config, registry, "available-now", 1_000, checkpoint)
     return JOBS[job].run(spark, context)
+
+
+def assert_engine_equals_model(
+    spark, config: PipelineConfig, registry: TableRegistry, batches: Sequence[Sequence[dict]], flush: bool
+) -> None:
+    """Silver's windows, quarantine and watermark history are the model's, exactly,
+    and every pair is counted once."""
+    expected = model_of(config, batches, flush=flush)
+    assert engine_windows(spark, registry) == model_windows(config, expected)
+    assert engine_quarantine(spark, registry) == model_quarantine(expected)
+    assert engine_history(spark, registry) == model_history(expected)
+    assert_reconciles(spark, registry, [record for batch in batches for record in batch])

@@ -125,14 +125,14 @@ def stream(spark, registry: TableRegistry, job: str):
     return run
 
 
-def scenario(spark, tmp_path, monkeypatch, plan: dict) -> dict:
+def scenario(spark, tmp_path, monkeypatch, plan: dict, watermark: dict = WATERMARK) -> dict:
     """Two micro-batches through bronze, silver and offline detection, an idleness
     step, the end of input and offline detection after it; crashed right after each
     write ``plan`` names for a micro-batch (or "end"), and restarted. Returns the
     tables' contents."""
     config = engine_config(
         TUMBLING_10S,
-        WATERMARK,
+        watermark,
         "0s",
         offline={"timeout": "30m", "key": ["device_id"]},
         gold={"name": "minutely", "grain": "1m", "group_by": ["region"]},
@@ -206,7 +206,7 @@ def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
             "late_count",
             # The clocks a step carries, less their wall-clock moment of last data.
             "to_json(transform(partition_clocks, c -> struct(c.source_partition, c.max_event_ms, "
-            "c.partition_watermark, c.is_idle, c.is_aligned)))",
+            "c.partition_watermark, c.is_idle, c.is_aligned, c.generator_state)))",
             where=pipeline,
         ),
         "status_events": rows(
@@ -223,6 +223,7 @@ def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
             "partition_watermark",
             "is_idle",
             "is_aligned",
+            "generator_state",
             where=pipeline,
         ),
     }
@@ -250,6 +251,33 @@ def test_a_crash_right_after_any_write_then_a_restart_leaves_the_tables_of_a_run
     assert uncrashed["status_events"], "the end of input must emit status events"
 
     crashed = scenario(spark, tmp_path / "crashed", monkeypatch, PLAN)
+
+    for table, rows in uncrashed.items():
+        assert crashed[table] == rows, f"{table} differs after the crashes"
+
+
+# A stateful custom generator: a bound of 20 s for each partition's first batch, 0 s
+# after. The first batch leaves the watermark at 4,999 ms (nothing in the later one is
+# late), the later one at 39,999 ms; a restart that lost the generators' state would
+# take the 20 s bound again and stop at 19,999 ms.
+STATEFUL = {
+    "strategy": "custom",
+    "generator": "tests.unit.user_generators:ShrinkingBound",
+    "options": {"start": 20_000, "step": 20_000},
+    "idleness": "1ms",
+}
+STATEFUL_PLAN = {0: SILVER_WRITES, 1: SILVER_WRITES, "end": ["idle:fire", "idle:history", "idle:clocks"]}
+
+
+def test_crashes_with_a_stateful_custom_generator_leave_the_tables_of_a_run_without_crashes(
+    spark, tmp_path, monkeypatch
+):
+    uncrashed = scenario(spark, tmp_path / "uncrashed", monkeypatch, {}, STATEFUL)
+    watermarks = sorted(row[0] - BASE_MS for row in uncrashed["history"].elements())
+    assert watermarks[:2] == [4_999, 39_999]
+    assert {row[-1] for row in uncrashed["clocks"]} == {'{"bound": 0}'}
+
+    crashed = scenario(spark, tmp_path / "crashed", monkeypatch, STATEFUL_PLAN, STATEFUL)
 
     for table, rows in uncrashed.items():
         assert crashed[table] == rows, f"{table} differs after the crashes"

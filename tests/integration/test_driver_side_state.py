@@ -10,15 +10,28 @@ from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, StructField, StructType
 
 from spark_jobs.engine import watermark_steps
-from spark_jobs.engine.clocks import VersionClock, append_batch_history, load_clock, write_partition_clocks
+from spark_jobs.engine.clocks import (
+    VersionClock,
+    append_batch_history,
+    load_clock,
+    utc_moment,
+    write_partition_clocks,
+)
 from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
 from spark_jobs.eventtime.tracker import PartitionSnapshot, WatermarkTracker
 from spark_jobs.sql import local_rows
-from spark_jobs.tables import CLOCK_SKEW_MS, batch_landed, batch_metadata, changed_by_others, table_version
+from spark_jobs.tables import (
+    CLOCK_SKEW_MS,
+    PARTITION_CLOCKS_TYPE,
+    batch_landed,
+    batch_metadata,
+    changed_by_others,
+    table_version,
+)
 from tests.integration.conftest import registry_for, write_pipeline
 
 pytestmark = pytest.mark.spark
@@ -219,7 +232,7 @@ def test_a_batchs_history_is_its_clock_commit_its_last_row_carrying_the_partitio
     )
     assert history_clocks(spark, registry) == [
         (4, 100, 3, 0, None),
-        (5, 200, 1, 2, [("0", 201, 200, 2_000, False, True)]),
+        (5, 200, 1, 2, [("0", 201, 200, 2_000, False, True, None)]),
     ]
     saved = load_clock(spark, registry)  # ops.watermarks was never written
     assert saved.judged_version == 5
@@ -258,6 +271,46 @@ def test_a_history_written_before_partition_clocks_existed_is_read_and_gains_the
     assert (saved.judged_version, saved.tracker.watermark, saved.tracker.snapshots()) == (3, 50, [before])
     append_batch_history(spark, registry, PLAN, {}, tracker_with(registry, AFTER), "q:history")
     assert load_clock(spark, registry).tracker.snapshots() == [AFTER]
+
+
+@pytest.mark.parametrize("never_back", [False, True], ids=["silver's replace", "an idleness step's merge"])
+def test_clocks_written_before_generator_state_existed_are_read_and_gain_it(spark, tmp_path, never_back):
+    pipeline = write_pipeline(
+        tmp_path, watermark={"strategy": "custom", "generator": "tests.unit.user_generators:ShrinkingBound"}
+    )
+    registry = registry_for(pipeline, tmp_path / "lakehouse")
+    history, watermarks = registry.ops["watermark_history"], registry.ops["watermarks"]
+    old_clock = ArrayType(
+        StructType([f for f in PARTITION_CLOCKS_TYPE.elementType.fields if f.name != "generator_state"])
+    )
+    old_history = StructType(
+        [StructField(f.name, old_clock) if f.name == "partition_clocks" else f for f in history.schema.fields]
+    )
+    old_watermarks = StructType([f for f in watermarks.schema.fields if f.name != "generator_state"])
+    name, moment = registry.config.name, datetime(2026, 1, 1, tzinfo=UTC)
+    step = (name, 3, 50, 1, 0, 2, 0, moment, [("0", 51, 50, 500, False, True)])
+    clock = (name, "0", utc_moment(51), 50, False, True, utc_moment(500), 3, moment)
+    for table, schema, row in ((history, old_history, step), (watermarks, old_watermarks, clock)):
+        # Created, then written, as the jobs of that time did.
+        spark.createDataFrame([], schema).write.format("delta").save(table.path)
+        spark.createDataFrame([row], schema).write.format("delta").mode("append").save(table.path)
+    registry.create_missing(spark)  # every other table
+    saved = load_clock(spark, registry)
+    # Clocks recorded before the generator: it starts afresh (ShrinkingBound's first bound).
+    assert saved.tracker.snapshots() == [PartitionSnapshot("0", 51, 50, 500, False, True, '{"bound": 10000}')]
+    assert not saved.snapshot_stale
+
+    stateful = PartitionSnapshot("0", 201, 200, 2_000, False, True, '{"bound": 4000}')
+    append_batch_history(spark, registry, PLAN, {}, tracker_with(registry, stateful), "q:history")
+    assert load_clock(spark, registry).tracker.snapshots() == [stateful]
+    write_partition_clocks(
+        spark, registry, tracker_with(registry, stateful), 5, ("q:watermarks", 0), moment, never_back
+    )
+    states = spark.read.format("delta").load(watermarks.path).select("generator_state").collect()
+    assert [row.generator_state for row in states] == ['{"bound": 4000}']
+    saved = load_clock(spark, registry)
+    assert saved.tracker.snapshots() == [stateful] and not saved.snapshot_stale
+    assert saved.tracker.generators["0"].custom.bound == 4_000
 
 
 def test_an_idleness_step_holds_the_clocks_after_a_batch_stamped_by_a_clock_ahead_of_its_own(spark, tmp_path):

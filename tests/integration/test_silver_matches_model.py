@@ -15,15 +15,8 @@ from hypothesis import strategies as st
 
 from tests.integration.engine import (
     BASE_MS,
-    assert_reconciles,
+    assert_engine_equals_model,
     engine_config,
-    engine_history,
-    engine_quarantine,
-    engine_windows,
-    model_history,
-    model_of,
-    model_quarantine,
-    model_windows,
     payload,
     replay_batches,
 )
@@ -139,9 +132,4 @@ def test_silver_windows_quarantine_and_history_equal_the_reference_model(
     registry = replay_batches(
         spark, config, root, batches, flush=flush, silver_every_batch=silver_every_batch
     )
-    expected = model_of(config, batches, flush=flush)
-
-    assert engine_windows(spark, registry) == model_windows(config, expected)
-    assert engine_quarantine(spark, registry) == model_quarantine(expected)
-    assert engine_history(spark, registry) == model_history(expected)
-    assert_reconciles(spark, registry, [record for batch in batches for record in batch])
+    assert_engine_equals_model(spark, config, registry, batches, flush)

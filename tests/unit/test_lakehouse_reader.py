@@ -59,10 +59,13 @@ def step(pipeline: str, batch_id: int, watermark: int, seconds: float, clocks: l
     }
 
 
-def recorded(partition: str, watermark: int, idle: bool = False) -> tuple:
+def recorded(partition: str, watermark: int, idle: bool = False, state: str | None = None) -> tuple:
     """A partition's clock as a step records it: partition, newest event (ms),
-    watermark, last data (ms), idle, aligned."""
-    return (partition, watermark + 1, watermark, 1_000, idle, True)
+    watermark, last data (ms), idle, aligned, a custom generator's state."""
+    return (partition, watermark + 1, watermark, 1_000, idle, True, state)
+
+
+ADAPTIVE_STATE = '{"bound_ms": 5000}'
 
 
 def run(
@@ -105,6 +108,18 @@ def root(spark, tmp_path_factory) -> str:
         clock("long", "0", 2_000, is_aligned=True, batch_id=LONG_JUDGED),
         clock("busy", "0", 4_000, is_aligned=True, batch_id=3),
         clock("moved", "0", 1_000, is_aligned=True, batch_id=4, updated_at=at(11)),
+        # A custom generator's state, in the snapshot as in the step it holds.
+        clock(
+            "adaptive",
+            "0",
+            2_000,
+            max_event_time=datetime.fromtimestamp(2.001, UTC),
+            last_data_at=datetime.fromtimestamp(1, UTC),
+            is_aligned=True,
+            batch_id=4,
+            updated_at=at(11),
+            generator_state=ADAPTIVE_STATE,
+        ),
     )
     for watermark in (9_500, 10_000):  # rewrites the partition's file: remove + add actions
         spark.sql(
@@ -136,6 +151,7 @@ def root(spark, tmp_path_factory) -> str:
         step("moved", 4, 1_000, 10, [recorded("0", 1_000)]),
         step("moved", 6, 3_000, 20, [recorded("0", 3_000), recorded("1", 2_500, idle=True)]),
         step("moved", 5, 2_000, 30, [recorded("0", 2_000, idle=True)]),
+        step("adaptive", 4, 2_000, 10, [recorded("0", 2_000, state=ADAPTIVE_STATE)]),
     )
     append(
         spark,
@@ -202,6 +218,13 @@ def test_clocks_recorded_after_the_snapshot_are_the_newest_steps_by_batch_then_m
     ]
     assert clocks[1]["max_event_time"] == datetime.fromtimestamp(2.501, UTC)
     assert {c["updated_at"] for c in clocks} == {at(20)}
+
+
+@pytest.mark.spark
+def test_a_snapshot_holding_a_custom_generators_state_is_current_not_stale(root):
+    [clock] = lakehouse.partition_clocks(root, "adaptive")
+    assert clock["partition_watermark"] == 2_000
+    assert clock["updated_at"] == at(11)  # the snapshot's own moment, not the step's
 
 
 @pytest.mark.spark

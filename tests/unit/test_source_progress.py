@@ -5,8 +5,9 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from spark_jobs.engine.clocks import plan_clocks
+from spark_jobs.engine.judging import Summary
 from spark_jobs.eventtime import MIN_WATERMARK, WatermarkSpec
-from spark_jobs.eventtime.tracker import WatermarkTracker
+from spark_jobs.eventtime.tracker import PartitionInput, WatermarkTracker
 from spark_jobs.sources.progress import (
     PartitionOffsets,
     SourceProgress,
@@ -100,7 +101,7 @@ def tracker(idleness_ms: int | None = None) -> WatermarkTracker:
 
 
 def test_silver_declares_every_reported_partition_so_a_silent_one_holds_the_watermark():
-    summary = [(1, "0", 50_000, None, 1_000, 3)]
+    summary = [Summary(1, "0", PartitionInput(50_000), 1_000, 3)]
     reports = {1: SourceProgress.declared(["0", "1"])}
     plan = plan_clocks(tracker(), summary, set(), reports)
     assert plan[0].watermark_after == MIN_WATERMARK
@@ -108,7 +109,10 @@ def test_silver_declares_every_reported_partition_so_a_silent_one_holds_the_wate
 
 
 def test_a_partition_that_lags_at_the_source_is_never_idle():
-    summary = [(1, "0", 50_000, None, 1_000, 3), (2, "0", 60_000, None, 9_000, 3)]
+    summary = [
+        Summary(1, "0", PartitionInput(50_000), 1_000, 3),
+        Summary(2, "0", PartitionInput(60_000), 9_000, 3),
+    ]
     lagging = {2: SourceProgress.of_offsets({"0": 6, "1": 0}, {"0": 6, "1": 100})}
     plan = plan_clocks(
         tracker(idleness_ms=1_000), summary, set(), {1: SourceProgress.declared(["0", "1"]), **lagging}
@@ -118,7 +122,10 @@ def test_a_partition_that_lags_at_the_source_is_never_idle():
 
 
 def test_without_lag_a_silent_declared_partition_goes_idle_after_the_timeout():
-    summary = [(1, "0", 50_000, None, 1_000, 3), (2, "0", 60_000, None, 9_000, 3)]
+    summary = [
+        Summary(1, "0", PartitionInput(50_000), 1_000, 3),
+        Summary(2, "0", PartitionInput(60_000), 9_000, 3),
+    ]
     plan = plan_clocks(tracker(idleness_ms=1_000), summary, set(), {1: SourceProgress.declared(["0", "1"])})
     assert [clock.idle_partitions for clock in plan] == [0, 1]
     assert plan[-1].watermark_after == 59_999
