@@ -92,6 +92,7 @@ JOBS = {
     "gold": "the gold rollup of fired and closed silver windows (streaming)",
     "offline": "offline detection: buffered event-time timers -> status events (streaming)",
     "replay": "replay a static file through every streaming job with controlled micro-batches",
+    "tune": "what silver would do under candidate watermark settings, over bronze or a file",
     "merge-late": "fold pending quarantined late records into silver and gold (batch)",
     "maintenance": "OPTIMIZE and VACUUM a pipeline's Delta tables, report checkpoint sizes (batch)",
     "check-idle": "mark idle partitions, advance quiet streams' watermarks, report stalled streams (batch)",

@@ -13,7 +13,9 @@ Throughput: generated scooter events land as JSON-lines files; then
   stream with the schema, PERMISSIVE mode and a corrupt-record column, event time
   and ``_metadata`` columns, a Delta sink with availableNow);
 - silver (available-now) over that bronze table vs a native Structured Streaming
-  ``withWatermark`` + ``window`` aggregation (available-now) over the same table.
+  ``withWatermark`` + ``window`` aggregation (available-now) over the same table;
+- ``tidemark tune`` of ten candidate settings (bounds, lateness, the adaptive
+  generator) over that bronze table against the silver pass (``tune_10_vs_silver``).
 
 Silver's micro-batch cost: in one session, a telemetry lakehouse takes records a
 file at a time (bronze, then silver, available-now); each silver micro-batch's
@@ -74,6 +76,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import PipelineConfig, load_pipeline
 from spark_jobs.engine.clocks import forget_clocks
 from spark_jobs.engine.judging import LATE_REASON
+from spark_jobs.engine.tuning import parse_candidate, tune
 from spark_jobs.generator import REGIONS, START_MS, FleetSpec, Generated, generate, write_landing
 from spark_jobs.jobs import bronze, merge_late, silver
 from spark_jobs.jobs.common import JobContext
@@ -102,6 +105,22 @@ LATE_RECORDS = LATE_WINDOWS * LATE_DEVICES * LATE_PER_WINDOW
 LATE_DELAY_MS = 20 * 60_000
 # Two hours: the late windows' whole gold hour (the grain the merge recomputes) is in history.
 MIN_HISTORY_WINDOWS = 120 * HISTORY_DEVICES
+
+
+# Ten candidate settings for `tidemark tune` over the throughput history (issue 23's
+# bar: at most twice one silver pass over the same events).
+TUNE_CANDIDATES = (
+    "1s",
+    "2s",
+    "5s",
+    "10s",
+    "30s",
+    "5s+1m",
+    "5s+5m",
+    "monotonous",
+    "spark_jobs.eventtime.adaptive:AdaptiveBound(floor=1s, ceiling=1m)",
+    "spark_jobs.eventtime.adaptive:AdaptiveBound(quantile=0.9, floor=0s, ceiling=30s)",
+)
 
 
 def timed(action: Callable[[], object]) -> float:
@@ -181,6 +200,9 @@ def measure(
         "idiomatic": timed(idiomatic_bronze),
         "silver": timed(lambda: silver.run(spark, context("silver"))),
         "native": timed(native_silver),
+        "tune_10": timed(
+            lambda: tune(spark, registry, [parse_candidate(c, config) for c in TUNE_CANDIDATES], False)
+        ),
     }
 
 
@@ -220,6 +242,8 @@ def throughput_benchmark(
         "silver_events_per_s": round(events / seconds["silver"]),
         "native_events_per_s": round(events / seconds["native"]),
         "silver_vs_native": round(seconds["native"] / seconds["silver"], 3),
+        "tune_10_seconds": round(seconds["tune_10"], 2),
+        "tune_10_vs_silver": round(seconds["tune_10"] / seconds["silver"], 3),
     }
 
 

@@ -1,0 +1,133 @@
+"""``tidemark tune``'s outputs: a table for the terminal, JSON, and the trade-off
+chart (SVG): one point per candidate, the share of (record, window) pairs lost as
+late against how long after a window's end it first fired (median, event time)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from html import escape
+
+from spark_jobs.engine.tuning import Outcome
+
+HEADERS = (
+    "candidate",
+    "late pairs",
+    "late %",
+    "windows",
+    "fired",
+    "re-fired %",
+    "at end",
+    "delay p50",
+    "delay p95",
+    "batches p50",
+    "batches p95",
+)
+
+
+def seconds(milliseconds: float | None) -> str:
+    return "-" if milliseconds is None else f"{milliseconds / 1000:.1f}s"
+
+
+def number(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    """The candidates as an aligned text table."""
+    rows = [
+        (
+            o.label,
+            str(o.quarantined),
+            f"{100 * o.late_share:.2f}",
+            str(o.windows),
+            str(o.fired),
+            f"{100 * o.refire_share:.1f}",
+            str(o.fired_at_end),
+            seconds(o.delay_event_ms[0] if o.delay_event_ms else None),
+            seconds(o.delay_event_ms[1] if o.delay_event_ms else None),
+            number(o.delay_batches[0] if o.delay_batches else None),
+            number(o.delay_batches[1] if o.delay_batches else None),
+        )
+        for o in outcomes
+    ]
+    widths = [max(len(cell) for cell in column) for column in zip(HEADERS, *rows, strict=True)]
+    lines = [HEADERS, *rows]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in lines
+    )
+
+
+def as_json(outcomes: Sequence[Outcome]) -> str:
+    return json.dumps(
+        [
+            {
+                "candidate": o.label,
+                "pairs": o.pairs,
+                "late_pairs": o.quarantined,
+                "late_share": o.late_share,
+                "late_pairs_by_partition": o.quarantined_by_partition,
+                "windows": o.windows,
+                "fired": o.fired,
+                "refired": o.refired,
+                "refire_share": o.refire_share,
+                "fired_at_end_of_input": o.fired_at_end,
+                "delay_event_ms": dict(zip(("p50", "p95"), o.delay_event_ms, strict=True))
+                if o.delay_event_ms
+                else None,
+                "delay_batches": dict(zip(("p50", "p95"), o.delay_batches, strict=True))
+                if o.delay_batches
+                else None,
+            }
+            for o in outcomes
+        ],
+        indent=2,
+    )
+
+
+WIDTH, HEIGHT = 640, 400
+LEFT, RIGHT, TOP, BOTTOM = 70, 30, 40, 50
+
+
+def chart_svg(outcomes: Sequence[Outcome], title: str) -> str:
+    """Late share (y) against the median firing delay (x), a labelled point per
+    candidate that fired a window before the end of input."""
+    points = [(o.delay_event_ms[0], 100 * o.late_share, o.label) for o in outcomes if o.delay_event_ms]
+    x_top = max([x for x, _, _ in points] + [1.0]) * 1.1
+    y_top = max([y for _, y, _ in points] + [0.1]) * 1.1
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        return (
+            LEFT + x / x_top * (WIDTH - LEFT - RIGHT),
+            HEIGHT - BOTTOM - y / y_top * (HEIGHT - TOP - BOTTOM),
+        )
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
+        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">',
+        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
+        f'<text x="{WIDTH / 2}" y="22" text-anchor="middle" font-size="14">{escape(title)}</text>',
+        f'<path d="M{LEFT} {TOP} V{HEIGHT - BOTTOM} H{WIDTH - RIGHT}" fill="none" stroke="#333"/>',
+        f'<text x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 12}" text-anchor="middle">'
+        "firing delay after the window's end, median (event time)</text>",
+        f'<text x="16" y="{(TOP + HEIGHT - BOTTOM) / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {(TOP + HEIGHT - BOTTOM) / 2})">pairs late (%)</text>',
+    ]
+    for fraction in (0.0, 0.5, 1.0):
+        delay, share = fraction * x_top / 1.1, fraction * y_top / 1.1
+        x, y = at(delay, share)
+        tick = escape(seconds(delay))
+        parts.append(f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">{tick}</text>')
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{share:.2f}</text>')
+    for delay, share, label in points:
+        x, y = at(delay, share)
+        parts.append(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="#1b7bb8"><title>{escape(label)}</title></circle>'
+        )
+        parts.append(f'<text x="{x + 8:.1f}" y="{y - 8:.1f}">{escape(label)}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,90 @@
+"""``tidemark tune``: for candidate watermark settings, exactly what silver would do
+over the same history (DESIGN §2b), from one pass over bronze instead of a replay
+per candidate: the pairs lost as late, the windows that re-fire, and how long after
+a window's end it first fired. The history is the pipeline's bronze table
+(``--bronze``) or an input file (``--input``), ingested into a scratch lakehouse by
+the real bronze job, cut into micro-batches as ``tidemark replay`` cuts them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from spark_jobs.arguments import with_examples
+from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
+from spark_jobs.engine.backfill import cut_batches, ingest_batches, require_partitions
+from spark_jobs.engine.tuning import CANDIDATE_HELP, NothingToTune, parse_candidate, tune
+from spark_jobs.engine.tuning_report import as_json, chart_svg, table
+from spark_jobs.jobs.common import exit_on_config_error, folder_argument
+from spark_jobs.session import build_session
+from spark_jobs.tables import TableRegistry
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tidemark tune",
+        description="What silver would do under candidate watermark settings, over the "
+        "pipeline's bronze history or an input file: late pairs, re-fires, firing delays.",
+    )
+    with_examples(
+        parser,
+        "tidemark tune --pipeline telemetry --bronze --candidates 2s 5s 30s 5s+2m",
+        "tidemark tune --pipeline telemetry --input history.json --flush --chart tradeoff.svg "
+        "--candidates 5s 'spark_jobs.eventtime.adaptive:AdaptiveBound(floor=2s,ceiling=1m)'",
+    )
+    parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
+    history = parser.add_mutually_exclusive_group(required=True)
+    history.add_argument("--bronze", action="store_true", help="the pipeline's bronze table in the lakehouse")
+    history.add_argument("--input", type=Path, help="an input file in the pipeline's format")
+    parser.add_argument(
+        "--lakehouse", help="lakehouse root, for --bronze (default: $LAKEHOUSE_DIR or ./lakehouse)"
+    )
+    cut = parser.add_mutually_exclusive_group()
+    cut.add_argument("--batch-size", type=int, help="with --input: records per micro-batch (default: 1000)")
+    cut.add_argument(
+        "--batch-column", help="with --input: a new micro-batch wherever this column's value changes"
+    )
+    parser.add_argument("--candidates", nargs="+", required=True, help=f"each {CANDIDATE_HELP}")
+    parser.add_argument(
+        "--flush", action="store_true", help="end of input after the history: every window fires"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--chart", type=Path, help="write the trade-off chart (SVG) to this file")
+    return parser
+
+
+@exit_on_config_error
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    config = load_pipeline(args.pipeline)
+    candidates = [parse_candidate(text, config) for text in args.candidates]
+    if args.bronze and (args.batch_size is not None or args.batch_column is not None):
+        raise ConfigError("--batch-size", "cuts an --input file; --bronze has its own micro-batches")
+    lakehouse = folder_argument(args.lakehouse, "--lakehouse")
+    batches = None
+    if args.input is not None:
+        require_partitions(config)
+        # The whole input is read and checked first: a bad one starts no Spark.
+        batches = list(cut_batches(config, args.input, args.batch_size, args.batch_column))
+    spark = build_session(f"tidemark-tune-{config.name}")
+    with tempfile.TemporaryDirectory(prefix="tidemark-tune-") as scratch:
+        if batches is not None:
+            code = ingest_batches(spark, config, batches, scratch)
+            if code != 0:
+                return code
+        registry = TableRegistry(config, scratch if batches is not None else lakehouse)
+        try:
+            tuning = tune(spark, registry, candidates, args.flush)
+        except NothingToTune as error:
+            print(f"tidemark tune: error: {error}", file=sys.stderr)
+            return 1
+    print(as_json(tuning.outcomes) if args.json else table(tuning.outcomes))
+    if args.chart is not None:
+        args.chart.write_text(chart_svg(tuning.outcomes, f"{config.name}: late pairs against firing delay"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
