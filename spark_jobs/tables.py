@@ -37,6 +37,7 @@ from pyspark.sql.types import (
     FloatType,
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -226,6 +227,35 @@ def ops_tables(root: str | None = None) -> list[TableRef]:
         TableRef("ops", name, join(root, "ops", name), StructType(fields), partitioned.get(name, ()))
         for name, fields in specs.items()
     ]
+
+
+def tuning_table(root: str | None = None) -> TableRef:
+    """``ops.tuning``: what ``tidemark tune --save`` found, a row per candidate and run
+    (``engine.tuning_report.outcome_row``'s figures). Its first save creates it: the
+    pipelines' tables come without it."""
+    ts, long, string, double = TimestampType(), LongType(), StringType(), DoubleType()
+    fields = _fields(
+        ("pipeline", string, False),
+        ("run_id", string, False),
+        ("tuned_at", ts, False),
+        ("history", string, False),
+        ("candidate", string, False),
+        ("pairs", long),
+        ("late_pairs", long),
+        ("late_share", double),
+        ("late_pairs_by_partition", MapType(string, long)),
+        ("windows", long),
+        ("fired", long),
+        ("refired", long),
+        ("refire_share", double),
+        ("fired_at_end_of_input", long),
+        ("delay_event_p50_ms", double),
+        ("delay_event_p95_ms", double),
+        ("delay_batches_p50", double),
+        ("delay_batches_p95", double),
+    )
+    root = lakehouse_root(root)
+    return TableRef("ops", "tuning", join(root, "ops", "tuning"), StructType(fields), ("pipeline",))
 
 
 class TableRegistry:

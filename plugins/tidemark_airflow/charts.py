@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from spark_jobs.tradeoff import tradeoff_points
 from tidemark_airflow.lakehouse import EPOCH, MAX_WATERMARK, is_finite, lag_ms
 
 PALETTE = ("#1b7bb8", "#d97706", "#059669", "#dc2626", "#7c3aed", "#db2777", "#4b5563", "#0891b2")
@@ -219,3 +220,38 @@ def late_share_chart(history: Sequence[dict[str, Any]], fmt_time: Callable[[date
         Label((LEFT + WIDTH - RIGHT) / 2, HEIGHT - BOTTOM + 32, "batches, oldest first", "middle"),
     ]
     return Chart("Late share per batch", "late-share", bars=tuple(bars), labels=tuple(labels))
+
+
+def tradeoff_chart(tuning: Sequence[dict[str, Any]], fmt_duration: Callable[[int], str]) -> Chart | None:
+    """``tidemark tune``'s trade-off for the pipeline's own history (its newest saved
+    run): a point per candidate, the share of pairs late (y) against the median delay
+    of a window's first firing after its end (x); None without a saved run that fired."""
+    points = tradeoff_points(tuning)
+    if not points:
+        return None
+    x = Scale(0, max(p.delay_ms for p in points) or 1, LEFT, WIDTH - RIGHT - 60)
+    top = max(max(p.late_percent for p in points), 0.01)
+    y = Scale(0, top, HEIGHT - BOTTOM, TOP)
+    marks, labels = [], []
+    for point in points:
+        delay = fmt_duration(round(point.delay_ms))
+        tip = f"{point.label}: {point.late_percent:.2f} % of pairs late; fires {delay} after a window's end"
+        marks.append(Mark(x(point.delay_ms), y(point.late_percent), tip))
+        labels.append(Label(x(point.delay_ms) + 6, y(point.late_percent) - 6, point.label, "start"))
+    labels += [
+        Label(LEFT - 6, TOP + 4, f"{top:.2f} %"),
+        Label(LEFT - 6, HEIGHT - BOTTOM + 4, "0 %"),
+        Label(LEFT, HEIGHT - BOTTOM + 16, fmt_duration(0), "start"),
+        Label(
+            (LEFT + WIDTH - RIGHT) / 2,
+            HEIGHT - BOTTOM + 32,
+            "first firing after the window's end (median)",
+            "middle",
+        ),
+    ]
+    run = tuning[0]
+    when = f"{run['tuned_at']:%Y-%m-%d %H:%M} UTC"
+    title = f"Late pairs against firing delay (tidemark tune over {run['history']}, {when})"
+    return Chart(
+        title, "tradeoff", (Series("candidates", PALETTE[0], "", tuple(marks)),), labels=tuple(labels)
+    )

@@ -323,6 +323,28 @@ def rejects_by_reason(root: str, pipeline: str, since: datetime) -> dict[str, in
     return {count["values"]: count["counts"] for count in sorted(counts, key=lambda c: -c["counts"])}
 
 
+TUNING_COLUMNS = [
+    "run_id",
+    "tuned_at",
+    "history",
+    "candidate",
+    "late_share",
+    "late_pairs",
+    "delay_event_p50_ms",
+]
+
+
+def latest_tuning(root: str, pipeline: str) -> list[dict[str, Any]]:
+    """The candidates of the pipeline's newest ``tidemark tune --save`` run in
+    ``ops.tuning`` (in the order given), or [] when it was never tuned."""
+    runs = _read(root, "ops", "tuning", TUNING_COLUMNS, _of_pipeline(pipeline))
+    if runs is None or runs.num_rows == 0:
+        return []
+    rows = runs.to_pylist()
+    newest = max(rows, key=lambda row: row["tuned_at"])["run_id"]
+    return [row for row in rows if row["run_id"] == newest]
+
+
 def latest_runs(root: str, pipeline: str, jobs: list[str]) -> dict[str, dict[str, Any]]:
     """Each of ``jobs``'s newest run (:func:`recent_runs`, newest first), for those that ran."""
     latest: dict[str, dict[str, Any]] = {}

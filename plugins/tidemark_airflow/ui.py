@@ -174,6 +174,7 @@ def pipeline_status(root: str, config: PipelineConfig, now: datetime) -> dict[st
         "history": lakehouse.watermark_history(root, name, limit=HISTORY_POINTS),
         "rejects": lakehouse.rejects_by_reason(root, name, now - REJECTS_SINCE),
         "streams": stream_liveness(root, config),
+        "tuning": lakehouse.latest_tuning(root, name),
     }
 
 
@@ -446,6 +447,7 @@ def present(view: PipelineView, now: datetime) -> dict[str, Any]:
         charts.watermark_chart(history, format_time, format_watermark),
         charts.lag_chart(history, format_time, format_lag),
         charts.late_share_chart(history, format_time),
+        charts.tradeoff_chart(status["tuning"], format_duration),
     )
     shown.update(
         has_data=has_data(status),

@@ -5,10 +5,17 @@ late against how long after a window's end it first fired (median, event time)."
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from html import escape
+from typing import Any
+
+from pyspark.sql import SparkSession
 
 from spark_jobs.engine.tuning import Outcome
+from spark_jobs.tables import create_if_missing, tuning_table
+from spark_jobs.tradeoff import tradeoff_points
 
 HEADERS = (
     "candidate",
@@ -62,31 +69,29 @@ def table(outcomes: Sequence[Outcome]) -> str:
     )
 
 
+def outcome_row(outcome: Outcome) -> dict[str, Any]:
+    """One candidate's figures, flat: a JSON entry and an ``ops.tuning`` row alike."""
+    event, batches = outcome.delay_event_ms or (None, None), outcome.delay_batches or (None, None)
+    return {
+        "candidate": outcome.label,
+        "pairs": outcome.pairs,
+        "late_pairs": outcome.quarantined,
+        "late_share": outcome.late_share,
+        "late_pairs_by_partition": outcome.quarantined_by_partition,
+        "windows": outcome.windows,
+        "fired": outcome.fired,
+        "refired": outcome.refired,
+        "refire_share": outcome.refire_share,
+        "fired_at_end_of_input": outcome.fired_at_end,
+        "delay_event_p50_ms": event[0],
+        "delay_event_p95_ms": event[1],
+        "delay_batches_p50": batches[0],
+        "delay_batches_p95": batches[1],
+    }
+
+
 def as_json(outcomes: Sequence[Outcome]) -> str:
-    return json.dumps(
-        [
-            {
-                "candidate": o.label,
-                "pairs": o.pairs,
-                "late_pairs": o.quarantined,
-                "late_share": o.late_share,
-                "late_pairs_by_partition": o.quarantined_by_partition,
-                "windows": o.windows,
-                "fired": o.fired,
-                "refired": o.refired,
-                "refire_share": o.refire_share,
-                "fired_at_end_of_input": o.fired_at_end,
-                "delay_event_ms": dict(zip(("p50", "p95"), o.delay_event_ms, strict=True))
-                if o.delay_event_ms
-                else None,
-                "delay_batches": dict(zip(("p50", "p95"), o.delay_batches, strict=True))
-                if o.delay_batches
-                else None,
-            }
-            for o in outcomes
-        ],
-        indent=2,
-    )
+    return json.dumps([outcome_row(o) for o in outcomes], indent=2)
 
 
 WIDTH, HEIGHT = 640, 400
@@ -96,7 +101,9 @@ LEFT, RIGHT, TOP, BOTTOM = 70, 30, 40, 50
 def chart_svg(outcomes: Sequence[Outcome], title: str) -> str:
     """Late share (y) against the median firing delay (x), a labelled point per
     candidate that fired a window before the end of input."""
-    points = [(o.delay_event_ms[0], 100 * o.late_share, o.label) for o in outcomes if o.delay_event_ms]
+    points = [
+        (p.delay_ms, p.late_percent, p.label) for p in tradeoff_points([outcome_row(o) for o in outcomes])
+    ]
     x_top = max([x for x, _, _ in points] + [1.0]) * 1.1
     y_top = max([y for _, y, _ in points] + [0.1]) * 1.1
 
@@ -131,3 +138,20 @@ def chart_svg(outcomes: Sequence[Outcome], title: str) -> str:
         parts.append(f'<text x="{x + 8:.1f}" y="{y - 8:.1f}">{escape(label)}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
+
+
+def save(
+    spark: SparkSession, root: str | None, pipeline: str, outcomes: Sequence[Outcome], history: str
+) -> str:
+    """Append the figures to ``ops.tuning`` as one run (the page charts the newest);
+    returns the run's id."""
+    table = tuning_table(root)
+    create_if_missing(spark, table)
+    run_id, now = uuid.uuid4().hex, datetime.now(UTC)
+    rows = [
+        {"pipeline": pipeline, "run_id": run_id, "tuned_at": now, "history": history, **outcome_row(o)}
+        for o in outcomes
+    ]
+    ordered = [tuple(row[name] for name in table.schema.fieldNames()) for row in rows]
+    spark.createDataFrame(ordered, table.schema).write.format("delta").mode("append").save(table.path)
+    return run_id

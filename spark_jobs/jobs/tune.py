@@ -16,7 +16,7 @@ from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
 from spark_jobs.engine.backfill import cut_batches, ingest_batches, require_partitions
 from spark_jobs.engine.tuning import CANDIDATE_HELP, NothingToTune, parse_candidate, tune
-from spark_jobs.engine.tuning_report import as_json, chart_svg, table
+from spark_jobs.engine.tuning_report import as_json, chart_svg, save, table
 from spark_jobs.jobs.common import exit_on_config_error, folder_argument
 from spark_jobs.session import build_session
 from spark_jobs.tables import TableRegistry
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     with_examples(
         parser,
-        "tidemark tune --pipeline telemetry --bronze --candidates 2s 5s 30s 5s+2m",
+        "tidemark tune --pipeline telemetry --bronze --save --candidates 2s 5s 30s 5s+2m",
         "tidemark tune --pipeline telemetry --input history.json --flush --chart tradeoff.svg "
         "--candidates 5s 'spark_jobs.eventtime.adaptive:AdaptiveBound(floor=2s,ceiling=1m)'",
     )
@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--chart", type=Path, help="write the trade-off chart (SVG) to this file")
+    parser.add_argument(
+        "--save",
+        action="store_true",
+        help="keep the figures in the lakehouse's ops.tuning (the page charts them)",
+    )
     return parser
 
 
@@ -81,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tidemark tune: error: {error}", file=sys.stderr)
             return 1
     print(as_json(tuning.outcomes) if args.json else table(tuning.outcomes))
+    if args.save:
+        history = "bronze" if batches is None else f"input {args.input}"
+        save(spark, lakehouse, config.name, tuning.outcomes, history)
     if args.chart is not None:
         args.chart.write_text(chart_svg(tuning.outcomes, f"{config.name}: late pairs against firing delay"))
     return 0

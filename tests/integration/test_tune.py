@@ -12,6 +12,7 @@ from contextlib import redirect_stdout
 from io import StringIO
 
 import pytest
+from tidemark_airflow.lakehouse import latest_tuning
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.engine.backfill import cut_batches, ingest_batches
@@ -162,20 +163,27 @@ def test_tune_says_exactly_what_a_replay_of_each_candidate_writes(spark, history
 def test_the_command_prints_its_table_or_json_and_draws_the_chart(spark, history, tmp_path):
     folder, source = history
     pipeline = pipeline_with(folder, CANDIDATES[0][1], CANDIDATES[0][2], "commanded")
-    chart = tmp_path / "tradeoff.svg"
+    chart, lakehouse = tmp_path / "tradeoff.svg", tmp_path / "lakehouse"
     output = StringIO()
     with redirect_stdout(output):
         code = tune_job.main(
             [
                 *("--pipeline", str(pipeline), "--input", str(source), "--batch-size", str(BATCH_SIZE)),
                 *("--candidates", "2s", "30s", "--json", "--chart", str(chart)),
+                *("--save", "--lakehouse", str(lakehouse)),
             ]
         )
     assert code == 0
     figures = {entry["candidate"]: entry for entry in json.loads(output.getvalue())}
+    # Saved for the Watermarks page, which reads it without Spark.
+    saved = {row["candidate"]: row for row in latest_tuning(str(lakehouse), "commanded")}
+    assert {c: (r["late_pairs"], r["delay_event_p50_ms"]) for c, r in saved.items()} == {
+        c: (f["late_pairs"], f["delay_event_p50_ms"]) for c, f in figures.items()
+    }
+    assert {row["history"] for row in saved.values()} == {f"input {source}"}
     assert set(figures) == {"2s", "30s"}
     # A looser bound loses fewer pairs and fires later.
     assert figures["30s"]["late_pairs"] < figures["2s"]["late_pairs"]
-    assert figures["30s"]["delay_event_ms"]["p50"] > figures["2s"]["delay_event_ms"]["p50"]
+    assert figures["30s"]["delay_event_p50_ms"] > figures["2s"]["delay_event_p50_ms"]
     svg = chart.read_text()
     assert svg.startswith("<svg") and svg.count("<circle") == 2 and ">30s</text>" in svg

@@ -12,7 +12,7 @@ from pyspark.sql.types import BooleanType, DoubleType, IntegerType, LongType, St
 from tidemark_airflow import lakehouse
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.tables import TableRef, TableRegistry, create_if_missing
+from spark_jobs.tables import TableRef, TableRegistry, create_if_missing, tuning_table
 
 PIPELINES = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines"
 MIN, MAX = lakehouse.MIN_WATERMARK, lakehouse.MAX_WATERMARK
@@ -170,6 +170,30 @@ def root(spark, tmp_path_factory) -> str:
         *({"source_partition": partition, "status": status} for partition, status in late),
     )
     append(spark, registry.late_tracks, {"source_partition": "2", "status": "pending"})
+    tuning = tuning_table(root)
+    create_if_missing(spark, tuning)
+    append(
+        spark,
+        tuning,
+        *(
+            {
+                "pipeline": "telemetry",
+                "run_id": run,
+                "tuned_at": at(moment),
+                "history": "bronze",
+                "candidate": c,
+            }
+            for run, moment, candidates in (("old", 10, ["1s", "2s"]), ("new", 20, ["5s", "30s"]))
+            for c in candidates
+        ),
+        {
+            "pipeline": "flushed",
+            "run_id": "other",
+            "tuned_at": at(30),
+            "history": "bronze",
+            "candidate": "9s",
+        },
+    )
     return root
 
 
@@ -225,6 +249,12 @@ def test_a_snapshot_holding_a_custom_generators_state_is_current_not_stale(root)
     [clock] = lakehouse.partition_clocks(root, "adaptive")
     assert clock["partition_watermark"] == 2_000
     assert clock["updated_at"] == at(11)  # the snapshot's own moment, not the step's
+
+
+@pytest.mark.spark
+def test_the_latest_tuning_is_the_pipelines_newest_saved_run(root):
+    assert [row["candidate"] for row in lakehouse.latest_tuning(root, "telemetry")] == ["5s", "30s"]
+    assert lakehouse.latest_tuning(root, "busy") == []
 
 
 @pytest.mark.spark

@@ -102,7 +102,8 @@ def test_json_carries_every_figure():
     first = json.loads(as_json(OUTCOMES))[0]
     assert first["late_pairs_by_partition"] == {"0": 15, "2": 5}
     assert first["late_share"] == 0.1 and first["refire_share"] == 6 / 48
-    assert first["delay_event_ms"] == {"p50": 2_500.0, "p95": 4_000.0}
+    assert (first["delay_event_p50_ms"], first["delay_event_p95_ms"]) == (2_500.0, 4_000.0)
+    assert (first["delay_batches_p50"], first["delay_batches_p95"]) == (1.0, 2.0)
 
 
 def test_the_chart_plots_each_candidate_that_fired_with_escaped_labels():

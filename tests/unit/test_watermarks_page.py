@@ -9,7 +9,14 @@ from pathlib import Path
 from tidemark_airflow import charts
 from tidemark_airflow.health import Liveness
 from tidemark_airflow.lakehouse import MIN_WATERMARK
-from tidemark_airflow.ui import PipelineView, format_lag, format_time, render_page, stream_state
+from tidemark_airflow.ui import (
+    PipelineView,
+    format_duration,
+    format_lag,
+    format_time,
+    render_page,
+    stream_state,
+)
 
 from spark_jobs.config import load_pipeline
 
@@ -44,8 +51,22 @@ def status(**overrides) -> dict:
         "history": [],
         "rejects": {},
         "streams": {"bronze": {"run": None, "live": Liveness()}},
+        "tuning": [],
     }
     return {**empty, **overrides}
+
+
+def tuned(candidate: str, late_share: float, delay_ms: float | None) -> dict:
+    """A row of the newest ``tidemark tune --save`` run, as ``lakehouse.latest_tuning`` reads it."""
+    return {
+        "run_id": "r1",
+        "tuned_at": T0,
+        "history": "bronze",
+        "candidate": candidate,
+        "late_share": late_share,
+        "late_pairs": round(late_share * 1_000),
+        "delay_event_p50_ms": delay_ms,
+    }
 
 
 def test_a_running_stream_with_a_recent_batch_is_live():
@@ -91,6 +112,37 @@ def test_the_late_share_chart_has_a_bar_per_batch_with_records_taller_when_more_
     assert "5 of 10 records late (50.0%)" in chart.bars[1].tip
     # The tallest bar reaches the top of the plot, where the axis reads its share.
     assert chart.bars[1].y == charts.TOP and chart.labels[0].text == "50.0%"
+
+
+def test_the_tradeoff_chart_puts_each_tuned_candidate_by_its_delay_and_late_share():
+    rows = [tuned("2s", 0.05, 3_000.0), tuned("30s", 0.001, 31_000.0), tuned("never fired", 0.0, None)]
+    chart = charts.tradeoff_chart(rows, format_duration)
+    tight, loose = chart.series[0].marks
+    assert loose.x > tight.x and loose.y > tight.y  # later, and lower (fewer late; y grows down)
+    assert [label.text for label in chart.labels[:2]] == ["2s", "30s"]
+    assert tight.tip == "2s: 5.00 % of pairs late; fires 3 s after a window's end"
+    assert charts.tradeoff_chart([], format_duration) is None
+    assert charts.tradeoff_chart([tuned("never fired", 0.0, None)], format_duration) is None
+
+
+def test_a_tuned_pipeline_shows_the_tradeoff_chart_with_escaped_candidates():
+    config = load_pipeline(PIPELINE)
+    history = [step(1, 10_000, {"0": 10_000})]
+    rows = [tuned("<b>2s</b>", 0.05, 3_000.0)]
+    page = render_page(
+        "/lh",
+        [
+            PipelineView(
+                "telemetry",
+                str(PIPELINE),
+                config,
+                status=status(watermark=10_000, history=history, tuning=rows),
+            )
+        ],
+        T0,
+    )
+    assert "Late pairs against firing delay (tidemark tune over bronze, 2026-03-01 12:00 UTC)" in page
+    assert "&lt;b&gt;2s&lt;/b&gt;" in page and "<b>2s</b>" not in page
 
 
 def test_the_page_refreshes_itself_unless_held():
