@@ -242,6 +242,11 @@ def tradeoff_chart(tuning: Sequence[dict[str, Any]], fmt_duration: Callable[[int
         Label(LEFT - 6, TOP + 4, f"{top:.2f} %"),
         Label(LEFT - 6, HEIGHT - BOTTOM + 4, "0 %"),
         Label(LEFT, HEIGHT - BOTTOM + 16, fmt_duration(0), "start"),
+        *(
+            [Label(x(slowest), HEIGHT - BOTTOM + 16, fmt_duration(round(slowest)), "middle")]
+            if (slowest := max(p.delay_ms for p in points)) > 0
+            else []
+        ),
         Label(
             (LEFT + WIDTH - RIGHT) / 2,
             HEIGHT - BOTTOM + 32,

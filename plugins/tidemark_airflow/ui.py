@@ -417,6 +417,8 @@ def settings_text(config: PipelineConfig) -> str:
     parts = [f"watermark {watermark.strategy}"]
     if watermark.strategy == "bounded":
         parts.append(f"out-of-orderness {format_duration(watermark.max_out_of_orderness_ms)}")
+    if watermark.generator is not None:
+        parts.append(f"generator {watermark.generator}")
     idleness = watermark.idleness_ms
     parts.append("no idleness" if idleness is None else f"idleness {format_duration(idleness)}")
     parts.append(f"allowed lateness {format_duration(config.allowed_lateness_ms)}")

@@ -96,9 +96,11 @@ def quantile_timestamps_column(ascending: str) -> Column:
     (ascending) array column ``ascending``: the rank-th largest is element
     ``n - rank + 1``, with the rank in exact integer arithmetic. Empty for an empty array."""
     count = F.size(ascending)
-    # disorder_rank: max(1, ceil(permille * n / 1000)) in integers.
+    # disorder_rank: max(1, ceil(permille * n / 1000)) in 64-bit integers (n may pass 2^31 / 1000).
     ranks = [
-        F.greatest(F.lit(1), F.expr(f"({permille:d} * size({ascending}) + 999) div 1000").cast("int"))
+        F.greatest(
+            F.lit(1), F.expr(f"({permille:d} * CAST(size({ascending}) AS BIGINT) + 999) div 1000").cast("int")
+        )
         for permille in DISORDER_PERMILLE
     ]
     at_ranks = F.array(*(F.element_at(ascending, count - rank + 1) for rank in ranks))

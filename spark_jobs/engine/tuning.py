@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -86,8 +87,8 @@ class Tuning:
     windows: DataFrame = field(repr=False)
 
 
-class NothingToTune(ValueError):
-    """The pipeline's bronze table holds no record yet."""
+class CannotTune(ValueError):
+    """The pipeline's bronze history holds no record, or cannot be read whole."""
 
 
 CANDIDATE = re.compile(r"(?P<strategy>[^()+]+?)\s*(?:\((?P<options>.*)\))?\s*(?:\+(?P<lateness>[^+()]+))?")
@@ -124,8 +125,12 @@ def parse_candidate(text: str, config: PipelineConfig) -> Candidate:
         section = {"strategy": "bounded", "max_out_of_orderness": strategy}
     else:
         raise ConfigError("--candidates", f"{text!r}: expected {CANDIDATE_HELP}")
-    if section["strategy"] != "custom":
-        common.pop("marker_column", None)
+    if section["strategy"] != "custom" and "marker_column" in common:
+        raise ConfigError(
+            "--candidates",
+            f"{text!r}: the pipeline's records carry punctuation markers (watermark.marker_column), "
+            "which a bound would take for data; try pipeline or a generator class",
+        )
     try:
         spec = parse_watermark({**section, **common}, config.schema, config.source_file)
     except ConfigError as error:
@@ -145,7 +150,10 @@ def candidate_options(options: str | None, text: str) -> dict[str, Any]:
             raise ConfigError(
                 "--candidates", f"{text!r}: expected options as name=value, got {item.strip()!r}"
             )
-        parsed[key.strip()] = yaml.safe_load(value.strip())
+        try:
+            parsed[key.strip()] = yaml.safe_load(value.strip())
+        except yaml.YAMLError:
+            raise ConfigError("--candidates", f"{text!r}: cannot read the value of {key.strip()!r}") from None
     return parsed
 
 
@@ -175,9 +183,16 @@ def tune(
     columns = ["version", "source_partition", "ts_ms", "is_marker", "processing_time", *config.key]
     records = timed_records(read_bronze_history(spark, registry, latest), registry).select(*columns).persist()
     try:
-        summary = version_summary(records, any(c.watermark.needs_disorder for c in candidates))
+        try:
+            summary = version_summary(records, any(c.watermark.needs_disorder for c in candidates))
+        except PySparkException as error:
+            first_line = str(error).strip().splitlines()[0]
+            raise CannotTune(
+                f"cannot read bronze.{config.name}'s change feed from its first version "
+                f"(VACUUM or the log's retention may have removed it): {first_line}"
+            ) from error
         if not summary:
-            raise NothingToTune(f"bronze.{config.name} holds no record to tune on")
+            raise CannotTune(f"bronze.{config.name} holds no record to tune on")
         reports = source_reports(spark, registry, summary[0].version, latest)
         end_ms = max(row.processing_ms for row in summary)
         steps = [candidate_steps(c, summary, reports, flush, end_ms) for c in candidates]
@@ -257,7 +272,11 @@ def judge(
             # An on-time pair in a later step whose watermark had passed the window re-fires it.
             .withColumn(f"refired_{i}", F.coalesce(F.col(f"refire_step_{i}") > created, F.lit(False)))
             .withColumn(f"delay_event_{i}", F.when(before_end, element(newest, fired) - end))
-            .withColumn(f"delay_batches_{i}", F.when(before_end, fired - F.col("reached")))
+            # A watermark ahead of the data (markers, a custom generator) may fire a window
+            # before the data reach its end: no delay in micro-batches then.
+            .withColumn(
+                f"delay_batches_{i}", F.when(before_end, F.greatest(F.lit(0), fired - F.col("reached")))
+            )
         )
     return firings, by_partition
 

@@ -13,13 +13,16 @@ around it stay Tidemark's: never backwards, idleness, the valve.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Protocol
 
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
@@ -114,11 +117,15 @@ def import_generator(reference: str, search_folder: str | None = None) -> Callab
     module_name, _, attribute = reference.partition(":")
     if not module_name or not attribute or not all(part.isidentifier() for part in module_name.split(".")):
         raise GeneratorError(f"expected 'package.module:Class'; got {reference!r}")
+    beside = None if search_folder is None else Path(search_folder, f"{module_name}.py")
     added = search_folder is not None and search_folder not in sys.path
     if added:
         sys.path.insert(0, search_folder)
     try:
-        module = importlib.import_module(module_name)
+        if beside is not None and beside.is_file():
+            module = _module_at(beside)
+        else:
+            module = importlib.import_module(module_name)
     except ImportError as error:
         raise GeneratorError(f"cannot import {module_name!r}: {error}") from None
     except Exception as error:  # the module's own code failed: a user's bug, told as such
@@ -134,6 +141,24 @@ def import_generator(reference: str, search_folder: str | None = None) -> Callab
     if not callable(found):
         raise GeneratorError(f"{reference!r} is not a class or a factory")
     return found
+
+
+def _module_at(path: Path) -> Any:
+    """The module in the file ``path``, loaded once under a name of its own: two
+    pipeline folders may each keep a ``generators.py``, and neither shadows the other."""
+    name = f"_tidemark_generator_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}_{path.stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
 
 
 def check_generator(instance: Any, reference: str) -> None:
@@ -226,6 +251,10 @@ class PartitionGenerator:
         self.max_timestamp: int | None = None
         self._watermark = MIN_WATERMARK
         self.custom = spec.new_generator() if spec.strategy == "custom" else None
+        # A custom generator has state to record once it has seen a batch (or was
+        # restored from one): a partition that never sent records records none, so a
+        # restart leaves every partition's clock as an uninterrupted run has it.
+        self._has_state = False
 
     @classmethod
     def restored(
@@ -235,26 +264,48 @@ class PartitionGenerator:
         watermark: int,
         generator_state: str | None = None,
     ) -> PartitionGenerator:
-        """A generator as it stood when its state was saved (a custom generator's
-        ``snapshot()`` as JSON text)."""
+        """A generator as it stood when its state was saved (:attr:`generator_state`).
+        State another generator class wrote is not its own: it starts afresh."""
         generator = cls(spec)
         generator.max_timestamp = max_timestamp
         generator._watermark = watermark
-        if generator_state is not None and hasattr(generator.custom, "restore"):
-            generator.custom.restore(json.loads(generator_state))
+        saved = json.loads(generator_state) if generator_state is not None else None
+        if (
+            isinstance(saved, dict)
+            and saved.get("generator") == spec.generator
+            and generator.custom is not None
+        ):
+            if hasattr(generator.custom, "restore"):
+                try:
+                    generator.custom.restore(saved["state"])
+                except Exception as error:
+                    failure = f"{type(error).__name__}: {error}"
+                    problem = f"{spec.generator}.restore failed on {saved['state']!r}: {failure}"
+                    raise GeneratorError(problem) from error
+            generator._has_state = True
         return generator
 
     @property
     def generator_state(self) -> str | None:
-        """A custom generator's ``snapshot()`` as JSON text (None without one)."""
-        if not hasattr(self.custom, "snapshot"):
+        """A custom generator's ``snapshot()`` with the class that wrote it, as JSON
+        text; None without a stateful custom generator, or before its partition's first
+        batch. The snapshot must come back from JSON as it went in (no tuples, no number keys)."""
+        if not hasattr(self.custom, "snapshot") or not self._has_state:
             return None
         state = self.custom.snapshot()
         try:
-            return json.dumps(state, sort_keys=True, allow_nan=False)
+            text = json.dumps(
+                {"generator": self.spec.generator, "state": state}, sort_keys=True, allow_nan=False
+            )
         except (TypeError, ValueError) as error:
             problem = f"{self.spec.generator}.snapshot() returned no JSON-able data: {error}"
             raise GeneratorError(problem) from None
+        if json.loads(text)["state"] != state:
+            problem = (
+                f"{self.spec.generator}.snapshot() returned {state!r}, which JSON does not give back as it is"
+            )
+            raise GeneratorError(problem)
+        return text
 
     def advance(self, sent: PartitionInput) -> int:
         """Take what the partition sent in one batch, and emit."""
@@ -276,6 +327,7 @@ class PartitionGenerator:
             running_max=running_max,
             disorder=disorder_behind(running_max, sent.quantile_timestamps),
         )
+        self._has_state = True
         try:
             candidate = self.custom.on_batch(summary)
         except Exception as error:

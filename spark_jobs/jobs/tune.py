@@ -15,8 +15,9 @@ from pathlib import Path
 from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
 from spark_jobs.engine.backfill import cut_batches, ingest_batches, require_partitions
-from spark_jobs.engine.tuning import CANDIDATE_HELP, NothingToTune, parse_candidate, tune
+from spark_jobs.engine.tuning import CANDIDATE_HELP, CannotTune, parse_candidate, tune
 from spark_jobs.engine.tuning_report import as_json, chart_svg, save, table
+from spark_jobs.eventtime.generators import GeneratorError
 from spark_jobs.jobs.common import exit_on_config_error, folder_argument
 from spark_jobs.session import build_session
 from spark_jobs.tables import TableRegistry
@@ -65,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = load_pipeline(args.pipeline)
     candidates = [parse_candidate(text, config) for text in args.candidates]
-    if args.bronze and (args.batch_size is not None or args.batch_column is not None):
-        raise ConfigError("--batch-size", "cuts an --input file; --bronze has its own micro-batches")
+    for given, flag in ((args.batch_size, "--batch-size"), (args.batch_column, "--batch-column")):
+        if args.bronze and given is not None:
+            raise ConfigError(flag, "cuts an --input file; --bronze has its own micro-batches")
     lakehouse = folder_argument(args.lakehouse, "--lakehouse")
     batches = None
     if args.input is not None:
@@ -82,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         registry = TableRegistry(config, scratch if batches is not None else lakehouse)
         try:
             tuning = tune(spark, registry, candidates, args.flush)
-        except NothingToTune as error:
+        except (CannotTune, GeneratorError) as error:
             print(f"tidemark tune: error: {error}", file=sys.stderr)
             return 1
     print(as_json(tuning.outcomes) if args.json else table(tuning.outcomes))

@@ -275,7 +275,8 @@ def test_crashes_with_a_stateful_custom_generator_leave_the_tables_of_a_run_with
     uncrashed = scenario(spark, tmp_path / "uncrashed", monkeypatch, {}, STATEFUL)
     watermarks = sorted(row[0] - BASE_MS for row in uncrashed["history"].elements())
     assert watermarks[:2] == [4_999, 39_999]
-    assert {row[-1] for row in uncrashed["clocks"]} == {'{"bound": 0}'}
+    state = {"generator": STATEFUL["generator"], "state": {"bound": 0}}
+    assert [json.loads(row[-1]) for row in uncrashed["clocks"]] == [state, state]  # both partitions
 
     crashed = scenario(spark, tmp_path / "crashed", monkeypatch, STATEFUL_PLAN, STATEFUL)
 

@@ -5,6 +5,7 @@ whether its batch already landed."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
@@ -296,18 +297,19 @@ def test_clocks_written_before_generator_state_existed_are_read_and_gain_it(spar
         spark.createDataFrame([row], schema).write.format("delta").mode("append").save(table.path)
     registry.create_missing(spark)  # every other table
     saved = load_clock(spark, registry)
-    # Clocks recorded before the generator: it starts afresh (ShrinkingBound's first bound).
-    assert saved.tracker.snapshots() == [PartitionSnapshot("0", 51, 50, 500, False, True, '{"bound": 10000}')]
+    # Clocks recorded before the generator: it starts afresh, with no state until its first batch.
+    assert saved.tracker.snapshots() == [PartitionSnapshot("0", 51, 50, 500, False, True)]
     assert not saved.snapshot_stale
 
-    stateful = PartitionSnapshot("0", 201, 200, 2_000, False, True, '{"bound": 4000}')
+    state = json.dumps({"generator": "tests.unit.user_generators:ShrinkingBound", "state": {"bound": 4000}})
+    stateful = PartitionSnapshot("0", 201, 200, 2_000, False, True, state)
     append_batch_history(spark, registry, PLAN, {}, tracker_with(registry, stateful), "q:history")
     assert load_clock(spark, registry).tracker.snapshots() == [stateful]
     write_partition_clocks(
         spark, registry, tracker_with(registry, stateful), 5, ("q:watermarks", 0), moment, never_back
     )
     states = spark.read.format("delta").load(watermarks.path).select("generator_state").collect()
-    assert [row.generator_state for row in states] == ['{"bound": 4000}']
+    assert [row.generator_state for row in states] == [state]
     saved = load_clock(spark, registry)
     assert saved.tracker.snapshots() == [stateful] and not saved.snapshot_stale
     assert saved.tracker.generators["0"].custom.bound == 4_000

@@ -4,6 +4,7 @@ adaptive bound, and the pipeline file's checks."""
 
 from __future__ import annotations
 
+import json
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -25,7 +26,7 @@ from spark_jobs.eventtime.generators import (
     quantile_timestamps,
 )
 from spark_jobs.eventtime.model import Batch, Record, Rules, run_reference, summarize
-from spark_jobs.eventtime.tracker import WatermarkTracker
+from spark_jobs.eventtime.tracker import PartitionSnapshot, WatermarkTracker
 from spark_jobs.eventtime.windows import WindowSpec
 
 USER = "tests.unit.user_generators"
@@ -138,7 +139,48 @@ def test_a_stateful_generator_restored_from_its_snapshot_continues_as_if_never_s
 
     assert restarted.snapshots() == uninterrupted.snapshots()
     assert restarted.watermark == uninterrupted.watermark == 23_000 - 1_000 - 1
-    assert [s.generator_state for s in stopped.snapshots()] == ['{"bound": 4000}']
+    assert [s.generator_state for s in stopped.snapshots()] == [recorded("ShrinkingBound", {"bound": 4000})]
+
+
+def recorded(name: str, state: object) -> str:
+    """A generator's state as the clocks record it: the class that wrote it, and its snapshot."""
+    return json.dumps({"generator": f"{USER}:{name}", "state": state}, sort_keys=True)
+
+
+def test_a_partition_that_never_sent_records_no_state_before_or_after_a_restart():
+    spec = custom("ShrinkingBound")
+    tracker = WatermarkTracker(spec)
+    tracker.declare(["silent"], 0)
+    tracker.advance(1, batch_of(5))
+    restarted = WatermarkTracker(spec, tracker.watermark)
+    for snapshot in tracker.snapshots():
+        restarted.restore(snapshot)
+    assert {s.partition: s.generator_state for s in restarted.snapshots()} == {
+        "0": recorded("ShrinkingBound", {"bound": 8000}),
+        "silent": None,
+    }
+    assert restarted.snapshots() == tracker.snapshots()
+
+
+def test_state_another_generator_class_wrote_is_not_restored():
+    tracker = WatermarkTracker(custom("ShrinkingBound", start=10_000))
+    tracker.restore(PartitionSnapshot("0", 5, 4, 0, False, True, recorded("OtherClass", {"bound": 0})))
+    assert tracker.generators["0"].custom.bound == 10_000
+
+
+def test_a_restore_that_fails_is_an_error_naming_the_generator():
+    tracker = WatermarkTracker(custom("ShrinkingBound"))
+    with pytest.raises(GeneratorError, match=r"ShrinkingBound\.restore failed on \{\}: KeyError"):
+        tracker.restore(PartitionSnapshot("0", 5, 4, 0, False, True, recorded("ShrinkingBound", {})))
+
+
+def test_a_snapshot_that_json_would_change_is_an_error():
+    tracker = WatermarkTracker(custom("TupleState"))
+    tracker.advance(0, batch_of(5))
+    with pytest.raises(
+        GeneratorError, match=r"TupleState\.snapshot\(\) returned \(1, 2\), which JSON does not give back"
+    ):
+        tracker.snapshots()
 
 
 def test_a_generator_without_state_records_none():
@@ -340,3 +382,17 @@ def test_the_documented_example_pipeline_runs_the_adaptive_bound():
     generator = config.watermark.new_generator()
     assert isinstance(generator, AdaptiveBound)
     assert (generator.quantile, generator.floor_ms, generator.ceiling_ms) == (0.99, 2_000, 120_000)
+
+
+def test_modules_of_the_same_name_beside_two_pipeline_files_stay_apart(tmp_path):
+    configs = []
+    for folder, watermark in (("one", 111), ("two", 222)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "shared_name_generators.py").write_text(
+            f"class Fixed:\n    def on_batch(self, batch):\n        return {watermark}\n"
+        )
+        path = tmp_path / folder / "telemetry.yaml"
+        path.write_text(yaml.safe_dump(document(generator="shared_name_generators:Fixed")))
+        configs.append(load_pipeline(path))
+    answers = [WatermarkTracker(config.watermark).advance(0, batch_of(5)).watermark for config in configs]
+    assert answers == [111, 222]

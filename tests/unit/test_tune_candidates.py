@@ -4,6 +4,7 @@ outputs, and bad input refused before Spark starts."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from spark_jobs.engine.judging import Summary
 from spark_jobs.engine.tuning import Outcome, first_at_least, parse_candidate, running_newest
 from spark_jobs.engine.tuning_report import as_json, chart_svg, table
 from spark_jobs.eventtime.clock import MIN_WATERMARK
-from spark_jobs.eventtime.generators import PartitionInput
+from spark_jobs.eventtime.generators import PartitionInput, WatermarkSpec
 from spark_jobs.jobs import tune
 
 TELEMETRY = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines" / "telemetry.yaml"
@@ -60,6 +61,7 @@ def test_a_generator_class_takes_options_read_as_yaml(config):
         ("no_such_module_here:Gen", "cannot import"),
         ("spark_jobs.eventtime.adaptive:AdaptiveBound(floor)", "expected options as name=value"),
         ("spark_jobs.eventtime.adaptive:AdaptiveBound(quantile=0.7)", "quantile must be one of"),
+        ("spark_jobs.eventtime.adaptive:AdaptiveBound(floor=[)", "cannot read the value of 'floor'"),
     ],
 )
 def test_a_candidate_that_cannot_be_read_is_an_error_naming_it(config, text, problem):
@@ -124,9 +126,17 @@ def test_the_chart_plots_each_candidate_that_fired_with_escaped_labels():
     [
         (["--bronze", "--candidates", "soon"], "'soon': expected a bound"),
         (["--bronze", "--batch-size", "5", "--candidates", "5s"], "--batch-size: cuts an --input file"),
+        (["--bronze", "--batch-column", "b", "--candidates", "5s"], "--batch-column: cuts an --input file"),
         (["--input", "/no/such/file.json", "--candidates", "5s"], "--input: cannot read /no/such/file.json"),
     ],
 )
 def test_bad_input_is_refused_before_spark_starts(arguments, message, capsys):
     assert tune.main(["--pipeline", str(TELEMETRY), *arguments]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_bound_is_refused_for_a_pipeline_with_punctuation_markers(config):
+    punctuated = replace(config, watermark=WatermarkSpec("punctuated", marker_column="region"))
+    with pytest.raises(ConfigError, match="carry punctuation markers"):
+        parse_candidate("5s", punctuated)
+    assert parse_candidate("pipeline", punctuated).watermark == punctuated.watermark

@@ -145,6 +145,16 @@ def test_a_tuned_pipeline_shows_the_tradeoff_chart_with_escaped_candidates():
     assert "&lt;b&gt;2s&lt;/b&gt;" in page and "<b>2s</b>" not in page
 
 
+def test_the_settings_name_a_custom_generator():
+    config = load_pipeline(PIPELINE.parents[2] / "docs" / "examples" / "telemetry-adaptive.yaml")
+    view = PipelineView(
+        "telemetry_adaptive", "x.yaml", config, status=status(watermark=1, history=[step(1, 1, None)])
+    )
+    assert "watermark custom \u00b7 generator spark_jobs.eventtime.adaptive:AdaptiveBound" in render_page(
+        "/lh", [view], T0
+    )
+
+
 def test_the_page_refreshes_itself_unless_held():
     config = load_pipeline(PIPELINE)
     view = PipelineView("telemetry", str(PIPELINE), config, status=status())

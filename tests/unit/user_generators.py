@@ -100,3 +100,14 @@ class FailsToBuild:
 class FailsOnBatch:
     def on_batch(self, batch: BatchSummary) -> int | None:
         return {}["missing"]
+
+
+class TupleState:
+    def on_batch(self, batch: BatchSummary) -> int | None:
+        return None
+
+    def snapshot(self) -> tuple:
+        return (1, 2)
+
+    def restore(self, state: Any) -> None:
+        pass
