@@ -12,6 +12,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.eventtime.generators import DISORDER_PERMILLE, PartitionInput
+from spark_jobs.sql import quote_identifier
 from spark_jobs.tables import TableRegistry, change_feed
 from spark_jobs.transforms.windows import (
     is_marker,
@@ -99,7 +100,10 @@ def quantile_timestamps_column(ascending: str) -> Column:
     # disorder_rank: max(1, ceil(permille * n / 1000)) in 64-bit integers (n may pass 2^31 / 1000).
     ranks = [
         F.greatest(
-            F.lit(1), F.expr(f"({permille:d} * CAST(size({ascending}) AS BIGINT) + 999) div 1000").cast("int")
+            F.lit(1),
+            F.expr(
+                f"({permille:d} * CAST(size({quote_identifier(ascending)}) AS BIGINT) + 999) div 1000"
+            ).cast("int"),
         )
         for permille in DISORDER_PERMILLE
     ]

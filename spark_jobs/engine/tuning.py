@@ -189,7 +189,7 @@ def tune(
             first_line = str(error).strip().splitlines()[0]
             raise CannotTune(
                 f"cannot read bronze.{config.name}'s change feed from its first version "
-                f"(VACUUM or the log's retention may have removed it): {first_line}"
+                f"(a vacuum or the log's retention may have removed it): {first_line}"
             ) from error
         if not summary:
             raise CannotTune(f"bronze.{config.name} holds no record to tune on")
@@ -231,19 +231,19 @@ def judge(
     late = [is_cleaned(end, F.col("before")[i], c.allowed_lateness_ms) for i, c in enumerate(candidates)]
     partitions = pairs.groupBy("source_partition").agg(
         F.count(F.lit(1)).alias("pairs"),
-        *(F.sum(flag.cast("long")).alias(f"late_{i}") for i, flag in enumerate(late)),
+        *(F.sum(flag.cast("long")).alias(f"late_{i:d}") for i, flag in enumerate(late)),
     )
     by_partition = {
-        row.source_partition: [row.pairs, *(row[f"late_{i}"] for i in range(len(candidates)))]
+        row.source_partition: [row.pairs, *(row[f"late_{i:d}"] for i in range(len(candidates)))]
         for row in partitions.collect()
     }
     per_window = (
         pairs.groupBy(*config.key, "window_start_ms", "window_end_ms")
         .agg(
-            *(F.min(F.when(~flag, F.col("step"))).alias(f"created_{i}") for i, flag in enumerate(late)),
+            *(F.min(F.when(~flag, F.col("step"))).alias(f"created_{i:d}") for i, flag in enumerate(late)),
             *(
                 F.max(F.when(~flag & is_fired(end, F.col("before")[i]), F.col("step"))).alias(
-                    f"refire_step_{i}"
+                    f"refire_step_{i:d}"
                 )
                 for i, flag in enumerate(late)
             ),
@@ -260,22 +260,22 @@ def judge(
     )
     firings = per_window.join(F.broadcast(reach), "window_end_ms")
     for i, marks in enumerate(after):
-        created, fired = F.col(f"created_{i}"), F.col(f"fired_{i}")
+        created, fired = F.col(f"created_{i:d}"), F.col(f"fired_{i:d}")
         # A window fires at the first step that both holds it and passes its end.
         first = F.when(
             created.isNotNull() & F.col("passes")[i].isNotNull(), F.greatest(created, F.col("passes")[i])
         )
         before_end = fired < F.lit(len(versions))  # not fired by the end of input alone
         firings = (
-            firings.withColumn(f"fired_{i}", first)
-            .withColumn(f"watermark_{i}", element(marks, fired))
+            firings.withColumn(f"fired_{i:d}", first)
+            .withColumn(f"watermark_{i:d}", element(marks, fired))
             # An on-time pair in a later step whose watermark had passed the window re-fires it.
-            .withColumn(f"refired_{i}", F.coalesce(F.col(f"refire_step_{i}") > created, F.lit(False)))
-            .withColumn(f"delay_event_{i}", F.when(before_end, element(newest, fired) - end))
+            .withColumn(f"refired_{i:d}", F.coalesce(F.col(f"refire_step_{i:d}") > created, F.lit(False)))
+            .withColumn(f"delay_event_{i:d}", F.when(before_end, element(newest, fired) - end))
             # A watermark ahead of the data (markers, a custom generator) may fire a window
             # before the data reach its end: no delay in micro-batches then.
             .withColumn(
-                f"delay_batches_{i}", F.when(before_end, F.greatest(F.lit(0), fired - F.col("reached")))
+                f"delay_batches_{i:d}", F.when(before_end, F.greatest(F.lit(0), fired - F.col("reached")))
             )
         )
     return firings, by_partition
@@ -306,31 +306,31 @@ def outcomes(
     """Every candidate's figures, from one aggregation over the windows."""
     figures = []
     for i in range(len(candidates)):
-        fired, delay_event = F.col(f"fired_{i}"), F.col(f"delay_event_{i}")
+        fired, delay_event = F.col(f"fired_{i:d}"), F.col(f"delay_event_{i:d}")
         figures += [
-            F.count(F.col(f"created_{i}")).alias(f"windows_{i}"),
-            F.count(delay_event).alias(f"fired_{i}"),
-            F.sum(F.col(f"refired_{i}").cast("long")).alias(f"refired_{i}"),
-            F.count(F.when(fired.isNotNull() & delay_event.isNull(), 1)).alias(f"at_end_{i}"),
-            F.percentile(delay_event, list(QUANTILES)).alias(f"delay_event_{i}"),
-            F.percentile(F.col(f"delay_batches_{i}"), list(QUANTILES)).alias(f"delay_batches_{i}"),
+            F.count(F.col(f"created_{i:d}")).alias(f"windows_{i:d}"),
+            F.count(delay_event).alias(f"fired_{i:d}"),
+            F.sum(F.col(f"refired_{i:d}").cast("long")).alias(f"refired_{i:d}"),
+            F.count(F.when(fired.isNotNull() & delay_event.isNull(), 1)).alias(f"at_end_{i:d}"),
+            F.percentile(delay_event, list(QUANTILES)).alias(f"delay_event_{i:d}"),
+            F.percentile(F.col(f"delay_batches_{i:d}"), list(QUANTILES)).alias(f"delay_batches_{i:d}"),
         ]
     row = windows.agg(*figures).first()
     pairs = sum(counts[0] for counts in by_partition.values())
     results = []
     for i, candidate in enumerate(candidates):
         late = {partition: counts[i + 1] for partition, counts in sorted(by_partition.items())}
-        delay_event, delay_batches = row[f"delay_event_{i}"], row[f"delay_batches_{i}"]
+        delay_event, delay_batches = row[f"delay_event_{i:d}"], row[f"delay_batches_{i:d}"]
         results.append(
             Outcome(
                 candidate.label,
                 pairs=pairs,
                 quarantined=sum(late.values()),
                 quarantined_by_partition={partition: n for partition, n in late.items() if n},
-                windows=row[f"windows_{i}"],
-                fired=row[f"fired_{i}"],
-                refired=row[f"refired_{i}"] or 0,
-                fired_at_end=row[f"at_end_{i}"],
+                windows=row[f"windows_{i:d}"],
+                fired=row[f"fired_{i:d}"],
+                refired=row[f"refired_{i:d}"] or 0,
+                fired_at_end=row[f"at_end_{i:d}"],
                 delay_event_ms=tuple(delay_event) if delay_event else None,
                 delay_batches=tuple(delay_batches) if delay_batches else None,
             )
