@@ -258,8 +258,15 @@ def judge(
         [(e, first_at_least(newest, e), [first_at_least(marks, e - 1) for marks in after]) for e in ends],
         "window_end_ms long, reached int, passes array<int>",
     )
-    firings = per_window.join(F.broadcast(reach), "window_end_ms")
-    for i, marks in enumerate(after):
+    # Every step's watermarks and newest event time as one row of arrays (a bronze table
+    # of many versions would make literal arrays a plan of millions of expressions).
+    lookup = local_rows(
+        spark,
+        [(newest, *after)],
+        ", ".join(["newest array<long>", *(f"after_{i:d} array<long>" for i in range(len(after)))]),
+    )
+    firings = per_window.join(F.broadcast(reach), "window_end_ms").crossJoin(F.broadcast(lookup))
+    for i in range(len(after)):
         created, fired = F.col(f"created_{i:d}"), F.col(f"fired_{i:d}")
         # A window fires at the first step that both holds it and passes its end.
         first = F.when(
@@ -268,17 +275,17 @@ def judge(
         before_end = fired < F.lit(len(versions))  # not fired by the end of input alone
         firings = (
             firings.withColumn(f"fired_{i:d}", first)
-            .withColumn(f"watermark_{i:d}", element(marks, fired))
+            .withColumn(f"watermark_{i:d}", element(F.col(f"after_{i:d}"), fired))
             # An on-time pair in a later step whose watermark had passed the window re-fires it.
             .withColumn(f"refired_{i:d}", F.coalesce(F.col(f"refire_step_{i:d}") > created, F.lit(False)))
-            .withColumn(f"delay_event_{i:d}", F.when(before_end, element(newest, fired) - end))
+            .withColumn(f"delay_event_{i:d}", F.when(before_end, element(F.col("newest"), fired) - end))
             # A watermark ahead of the data (markers, a custom generator) may fire a window
             # before the data reach its end: no delay in micro-batches then.
             .withColumn(
                 f"delay_batches_{i:d}", F.when(before_end, F.greatest(F.lit(0), fired - F.col("reached")))
             )
         )
-    return firings, by_partition
+    return firings.drop("newest", *(f"after_{i:d}" for i in range(len(after)))), by_partition
 
 
 def running_newest(summary: Sequence, versions: Sequence[int]) -> list[int]:
@@ -295,9 +302,9 @@ def running_newest(summary: Sequence, versions: Sequence[int]) -> list[int]:
     return running
 
 
-def element(values: Sequence[int], index: Column) -> Column:
-    """``values[index]`` (0-based) from a literal array; null for a null index."""
-    return F.element_at(F.array(*(F.lit(v).cast("long") for v in values)), index + F.lit(1))
+def element(values: Column, index: Column) -> Column:
+    """``values[index]`` (0-based) of an array column; null for a null index."""
+    return F.element_at(values, index + F.lit(1))
 
 
 def outcomes(
