@@ -93,7 +93,15 @@ def _open(root: str, layer: str, name: str) -> DeltaTable | None:
 
 def _read(root: str, layer: str, name: str, columns: list[str], where: str) -> pa.Table | None:
     """``columns`` of the rows matching the SQL predicate ``where``; None if no table."""
-    table = _open(root, layer, name)
+    return _scan(_open(root, layer, name), columns, where)
+
+
+def _has_column(table: DeltaTable | None, column: str) -> bool:
+    return table is not None and column in table.schema().to_arrow().names
+
+
+def _scan(table: DeltaTable | None, columns: list[str], where: str) -> pa.Table | None:
+    """:func:`_read` of a table already open (None: no table)."""
     if table is None:
         return None
     # scan() runs delta-rs's own engine, which prunes partitions and applies
@@ -138,9 +146,9 @@ def _clock(root: str, pipeline: str) -> tuple[ClockState, dict[str, dict[str, An
     by partition."""
     watermarks = _open(root, "ops", "watermarks")
     # A custom generator's state is part of the clock (written since custom generators exist).
-    stateful = watermarks is not None and "generator_state" in watermarks.schema().to_arrow().names
+    stateful = _has_column(watermarks, "generator_state")
     columns = [*CLOCK_COLUMNS, "batch_id", *(["generator_state"] if stateful else [])]
-    clocks = _read(root, "ops", "watermarks", columns, _of_pipeline(pipeline))
+    clocks = _scan(watermarks, columns, _of_pipeline(pipeline))
     snapshot = [] if clocks is None else clocks.to_pylist()
     for row in snapshot:
         row["max_event_ms"], row["last_data_ms"] = (
@@ -148,9 +156,9 @@ def _clock(root: str, pipeline: str) -> tuple[ClockState, dict[str, dict[str, An
             _millis(row["last_data_at"]),
         )
     history = _open(root, "ops", "watermark_history")
-    with_clocks = history is not None and "partition_clocks" in history.schema().to_arrow().names
+    with_clocks = _has_column(history, "partition_clocks")
     columns = ["batch_id", "watermark", "processing_time", *(["partition_clocks"] if with_clocks else [])]
-    steps = _steps(root, pipeline, columns, snapshot_version(snapshot))
+    steps = _steps(history, pipeline, columns, snapshot_version(snapshot))
     rows = [] if steps is None else steps.to_pylist()
     for row in rows:
         row["processing_ms"] = _millis(row["processing_time"])
@@ -163,13 +171,15 @@ def judged_version(root: str, pipeline: str) -> int | None:
     return _clock(root, pipeline)[0].judged_version
 
 
-def _steps(root: str, pipeline: str, columns: list[str], first_batch: int | None) -> pa.Table | None:
-    """The pipeline's ``ops.watermark_history`` steps from batch ``first_batch`` on
-    (all when None): delta-rs skips the files of older steps by their statistics."""
+def _steps(
+    history: DeltaTable | None, pipeline: str, columns: list[str], first_batch: int | None
+) -> pa.Table | None:
+    """The pipeline's steps in ``ops.watermark_history`` (open) from batch ``first_batch``
+    on (all when None): delta-rs skips the files of older steps by their statistics."""
     where = _of_pipeline(pipeline)
     if first_batch is not None:
         where += f" AND batch_id >= {first_batch:d}"
-    return _read(root, "ops", "watermark_history", columns, where)
+    return _scan(history, columns, where)
 
 
 def pipeline_watermark(root: str, pipeline: str) -> int | None:
@@ -287,14 +297,13 @@ def watermark_history(root: str, pipeline: str, limit: int = 500) -> list[dict[s
         return []
     latest = judged_version(root, pipeline)
     table = _open(root, "ops", "watermark_history")
-    with_clocks = table is not None and "partition_clocks" in table.schema().to_arrow().names
-    columns = [*HISTORY_COLUMNS, *(["partition_clocks"] if with_clocks else [])]
+    columns = [*HISTORY_COLUMNS, *(["partition_clocks"] if _has_column(table, "partition_clocks") else [])]
     # A judged version has one step or more (idleness steps reuse it), so the last
     # ``limit`` versions usually hold enough; read further back only when not.
     reach = limit
     while True:
         first = None if latest is None or latest - reach <= 0 else latest - reach
-        history = _steps(root, pipeline, columns, first)
+        history = _steps(table, pipeline, columns, first)
         if history is None:
             return []
         if first is None or history.num_rows >= limit:
