@@ -303,7 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--live",
         action="store_true",
         help="send current telemetry as it happens, every second, until stopped (Ctrl-C, SIGTERM): "
-        "uploads come minutes late, quiet partitions go quiet in every other 4-minute stretch",
+        "uploads come minutes late, quiet partitions go dark half-way through every other 4-minute "
+        "stretch and send their backlog when it ends",
     )
     gen.set_defaults(handler=_generate)
     return parser

@@ -122,18 +122,26 @@ def partition_of(device_id: str, partitions: int) -> int:
     return zlib.crc32(device_id.encode()) % partitions
 
 
+def is_quiet(spec: FleetSpec, partition: int) -> bool:
+    """Whether ``partition`` is one of the ``spec.quiet_partitions`` that go quiet (the highest)."""
+    return partition >= spec.partitions - spec.quiet_partitions
+
+
+def quiet_from(spec: FleetSpec) -> int:
+    """The event time from which the quiet partitions send no new tracks."""
+    return spec.start_ms + int(spec.duration_ms * spec.quiet_after)
+
+
 def _tracks(spec: FleetSpec, rng: random.Random) -> list[tuple[int, int, dict]]:
     """(arrival_ms, late, payload) for every valid track of the fleet."""
     end = spec.start_ms + spec.duration_ms
-    quiet_from = spec.start_ms + int(spec.duration_ms * spec.quiet_after)
-    quiet = set(range(spec.partitions - spec.quiet_partitions, spec.partitions))
     jitter = spec.interval_ms // 10
     tracks = []
     for index in range(spec.devices):
         device = f"dev-{index:05d}"
         partition = partition_of(device, spec.partitions)
         region = REGIONS[zlib.crc32(device.encode()[::-1]) % len(REGIONS)]
-        stop = quiet_from if partition in quiet else end
+        stop = quiet_from(spec) if is_quiet(spec, partition) else end
         battery = 100.0
         ts = spec.start_ms + rng.randrange(spec.interval_ms)
         while ts < stop:
@@ -204,6 +212,12 @@ def generate(spec: FleetSpec, kinds: Sequence[str] = MALFORMED_KINDS) -> list[Ge
 # Live: late uploads come minutes late (beyond a bound of seconds plus a lateness of
 # half a minute, so they land in the quarantine), and a partition that goes quiet
 # comes back with the next segment.
+#
+# A quiet partition's late uploads would keep arriving through its quiet stretch, and
+# any record resets idleness (as in Flink): it would never go idle. So in the live
+# feed it goes dark: from when its last on-time record is due to the segment's end,
+# nothing of it arrives, and what would have arrived meanwhile comes as one backlog
+# when it is back.
 LIVE_SEGMENT_MS = 240_000
 LIVE_LEAD_MS = 180_000
 LIVE_LATE_DELAY_MS = (150_000, 300_000)
@@ -212,7 +226,8 @@ LIVE_LATE_DELAY_MS = (150_000, 300_000)
 def live_records(template: FleetSpec, kinds: Sequence[str] = MALFORMED_KINDS) -> Iterator[Generated]:
     """Endless telemetry in arrival order from ``template.start_ms`` on: segment after
     segment of ``template.duration_ms``, each the template's fleet from a seed of
-    its own; in every other segment ``template.quiet_partitions`` go quiet part-way."""
+    its own; in every other segment ``template.quiet_partitions`` go quiet part-way
+    and dark until the segment ends (:func:`after_outage`)."""
     pending: list[tuple[int, int, Generated]] = []
     order = itertools.count()
     for index in itertools.count():
@@ -223,7 +238,21 @@ def live_records(template: FleetSpec, kinds: Sequence[str] = MALFORMED_KINDS) ->
         quiet = template.quiet_partitions if index % 2 else 0
         segment = replace(template, seed=template.seed + index, start_ms=start, quiet_partitions=quiet)
         for record in generate(segment, kinds):
+            record = after_outage(template, record)
             heapq.heappush(pending, (record.arrival_ms, next(order), record))
+
+
+def after_outage(template: FleetSpec, record: Generated) -> Generated:
+    """``record`` as the live feed of ``template`` sends it: one of a quiet partition
+    that would arrive while the partition is dark (in a quiet segment, from the bound
+    after its last track on) arrives when the segment ends."""
+    index = (record.arrival_ms - template.start_ms) // template.duration_ms
+    if index % 2 == 0 or not is_quiet(template, record.partition):
+        return record
+    segment = replace(template, start_ms=template.start_ms + index * template.duration_ms)
+    if record.arrival_ms < quiet_from(segment) + template.bound_ms:
+        return record
+    return replace(record, arrival_ms=segment.start_ms + segment.duration_ms)
 
 
 def send_as_due(

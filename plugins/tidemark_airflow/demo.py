@@ -2,7 +2,7 @@
 
 A feed (``tidemark generate --live``) lands current scooter telemetry in the
 ``telemetry`` pipeline's landing zone every second, with late uploads, a
-partition that goes quiet every other few minutes and malformed records. Airflow
+partition that goes dark (and idle) every other few minutes and malformed records. Airflow
 supervises the pipeline's four streams, running continuously as one Spark
 application (``tidemark_streaming`` in continuous mode), and its late merge runs
 once late records have accumulated. The demo returns once silver has judged the
@@ -23,7 +23,7 @@ from tidemark_airflow.lakehouse import is_finite, pipeline_watermark
 from tidemark_airflow.standalone import LAKEHOUSE, REPO, USER, Airflow, start, stop, wait
 
 PIPELINE = "telemetry"
-# 20 records a second: 40 scooters, a track every 2 s; one partition goes quiet every other segment.
+# 20 records a second: 40 scooters, a track every 2 s; one partition goes dark every other segment.
 FLEET = FleetSpec(devices=40, interval_ms=2_000, late_ratio=0.02, malformed_ratio=0.01, quiet_partitions=1)
 STREAMING = ("tidemark_streaming", {"pipeline": PIPELINE, "mode": "continuous", "interval": "5s"})
 LATE_MERGE = "tidemark_late_merge"

@@ -11,6 +11,7 @@ from spark_jobs.generator import (
     feed_live,
     file_sender,
     fleet_of,
+    generate,
     live_records,
     send_as_due,
 )
@@ -121,3 +122,46 @@ def test_the_file_sender_lands_a_file_per_batch_in_arrival_order(tmp_path):
     assert [line for path in files for line in path.read_text().splitlines()] == [r.line for r in records]
     assert files[0].stat().st_mtime < files[1].stat().st_mtime
     assert not list(tmp_path.glob(".*"))  # nothing half-written is left visible
+
+
+def test_a_quiet_partition_goes_dark_and_sends_its_backlog_when_its_quiet_segment_ends():
+    fleet = FleetSpec(
+        **{**FLEET.__dict__, "quiet_partitions": 1, "late_ratio": 0.2, "late_delay_ms": (20_000, 40_000)}
+    )
+    quiet, start = fleet.partitions - 1, fleet.start_ms
+    # Quiet segments are the odd ones of 60 s; the last track is before 30 s into one,
+    # its last on-time record due 5 s (the bound) later.
+    dark = [(start + 95_000, start + 120_000), (start + 215_000, start + 240_000)]
+
+    def naive_arrival(record) -> int:
+        for dark_from, dark_to in dark:
+            if record.partition == quiet and dark_from <= record.arrival_ms < dark_to:
+                return dark_to
+        return record.arrival_ms
+
+    horizon = start + 4 * fleet.duration_ms + 1  # the second backlog arrives at 4 segments
+    plain = [
+        record
+        for index in range(5)
+        for record in generate(
+            FleetSpec(
+                **{
+                    **fleet.__dict__,
+                    "seed": fleet.seed + index,
+                    "start_ms": start + index * fleet.duration_ms,
+                    "quiet_partitions": index % 2,
+                }
+            )
+        )
+    ]
+    expected = sorted((naive_arrival(r), r.line) for r in plain if naive_arrival(r) < horizon)
+    sent = list(itertools.takewhile(lambda r: r.arrival_ms < horizon, live_records(fleet)))
+
+    assert sorted((r.arrival_ms, r.line) for r in sent) == expected
+    for dark_from, dark_to in dark:
+        assert not [r for r in sent if r.partition == quiet and dark_from <= r.arrival_ms < dark_to]
+        backlog = [r for r in sent if r.partition == quiet and r.arrival_ms == dark_to]
+        assert any(r.late for r in backlog)
+    # Every record held back was late already: the on-time ones were all due before dark.
+    held = [r for r in plain if naive_arrival(r) != r.arrival_ms and naive_arrival(r) < horizon]
+    assert held and all(r.late for r in held)
