@@ -7,6 +7,7 @@ forged callers too."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -338,6 +339,27 @@ def test_a_browser_logs_in_through_the_ui_and_sees_the_page(airflow, chromium, t
     screenshot = chromium.call("Page.captureScreenshot")["data"]
     (tmp_path / "tidemark-in-airflow.png").write_bytes(base64.b64decode(screenshot))
     assert framed
+
+
+def test_a_run_link_on_the_framed_page_opens_the_run_in_the_ui_not_inside_the_frame(airflow, chromium):
+    # Paused DAG: the run stays queued, listed on the page, and runs nothing.
+    run_id = airflow.client.trigger("tidemark_late_merge", {"pipeline": "telemetry"})
+    run_path = f"/dags/tidemark_late_merge/runs/{run_id}"
+    chromium.call("Page.navigate", url=f"{airflow.url}/auth/login")
+    log_in(chromium, airflow.username, airflow.password)
+    chromium.wait_for("location.pathname !== '/auth/login'", "the login to finish")
+
+    chromium.call("Page.navigate", url=f"{airflow.url}/plugin/tidemark")
+    selector = json.dumps(f'a.dag-run[href$="{run_id}"]')
+    link = f"document.querySelector('iframe')?.contentDocument?.querySelector({selector})"
+    chromium.wait_for(f"!!{link}", "the run's link on the framed page")
+    chromium.evaluate(f"{link}.click()")
+    # The UI itself shows the run: its own address, its own page, no frame around it.
+    chromium.wait_for(f"location.pathname === {run_path!r}", "the UI to route to the run")
+    chromium.wait_for(
+        f"!document.querySelector('iframe') && document.body.innerText.includes({run_id!r})",
+        "the UI's page of the run",
+    )
 
 
 def test_the_late_merge_trigger_form_offers_its_params(airflow, chromium):
