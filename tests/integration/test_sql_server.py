@@ -4,14 +4,8 @@ streaming job commits to the same tables."""
 
 from __future__ import annotations
 
-import csv
-import io
-import os
-import signal
 import socket
 import subprocess
-import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,49 +26,18 @@ from tests.integration.conftest import (
     wait_for,
     write_pipeline,
 )
+from tests.integration.sql_server import SqlServer, server_command, sql_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-TIDEMARK = str(Path(sys.executable).with_name("tidemark"))
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def server_command(port: int, lakehouse: str, *pipelines: Path) -> list[str]:
-    command = [TIDEMARK, "sql-server", "--port", str(port), "--lakehouse", lakehouse, "--refresh", "2s"]
-    return command + [argument for path in pipelines for argument in ("--pipeline", str(path))]
-
-
 @dataclass
-class Served:
-    port: int
-    process: subprocess.Popen
-    log: list[str]
+class Served(SqlServer):
     pipeline: Path
     registry: TableRegistry
     landed: Manifest
     later: TableRegistry
-
-    def sql(self, query: str, output: str = "csv") -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [TIDEMARK, "sql", "--port", str(self.port), "--format", output, query],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    def rows(self, query: str) -> list[dict]:
-        done = self.sql(query)
-        assert done.returncode == 0, done.stderr
-        return list(csv.DictReader(io.StringIO(done.stdout)))
-
-    def value(self, query: str) -> int:
-        (row,) = self.rows(query)
-        return int(next(iter(row.values())))
 
 
 @pytest.fixture(scope="module")
@@ -95,35 +58,14 @@ def served(spark, tmp_path_factory):
     source.write_text("\n".join(record.line for record in records) + "\n")
     assert replay(spark, config, source, lakehouse, batch_size=200, flush=True) == 0
 
-    port = free_port()
-    no_pipelines = folder / "no-pipelines"
-    no_pipelines.mkdir()
-    process = subprocess.Popen(
-        server_command(port, lakehouse),
-        env={**submit_env(), "TIDEMARK_PIPELINES": str(no_pipelines)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    log: list[str] = []
-    threading.Thread(target=lambda: log.extend(process.stdout), daemon=True).start()
-    wait_for(lambda: any("listening on" in line for line in log) or process.poll() is not None, 240, "server")
-    assert process.poll() is None, "".join(log[-50:])
-    yield Served(
-        port,
-        process,
-        log,
-        pipeline,
-        TableRegistry(config, lakehouse),
-        Manifest.of(records),
-        TableRegistry(load_pipeline(later_pipeline), lakehouse),
-    )
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        kill_hard(process)
+    with sql_server(lakehouse, folder / "no-pipelines") as server:
+        yield Served(
+            **server.__dict__,
+            pipeline=pipeline,
+            registry=TableRegistry(config, lakehouse),
+            landed=Manifest.of(records),
+            later=TableRegistry(load_pipeline(later_pipeline), lakehouse),
+        )
 
 
 def counts_over_the_wire(served: Served, tables) -> dict[str, int]:
@@ -280,20 +222,3 @@ def test_a_port_in_use_is_refused_before_anything_is_written(served, tmp_path):
     assert done.returncode == 2
     assert f"127.0.0.1:{served.port} is in use" in done.stdout
     assert not lakehouse.exists()
-
-
-def cookbook_statements() -> list[str]:
-    """The SQL statements of the README's cookbook, comments dropped."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## SQL: every table over the wire", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```sql\n", 1)[1].split("```", 1)[0]
-    code = "\n".join(line for line in block.splitlines() if not line.lstrip().startswith("--"))
-    return [statement.strip() for statement in code.split(";") if statement.strip()]
-
-
-def test_every_cookbook_statement_in_the_readme_runs(served):
-    statements = cookbook_statements()
-    assert len(statements) >= 9
-    # One client session for all of them: beeline stops at the first failure and names it.
-    done = served.sql(";\n".join(statements))
-    assert done.returncode == 0, done.stderr

@@ -1,0 +1,92 @@
+"""``tidemark sql-server`` really started over a lakehouse with no pipeline files
+(it finds every table under the layer folders), and ``tidemark sql`` (beeline)
+against it; the README's SQL cookbook."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidemark_airflow.standalone import free_port
+
+from spark_jobs.submit import submit_env
+from tests.integration.conftest import kill_hard, wait_for
+
+TIDEMARK = str(Path(sys.executable).with_name("tidemark"))
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def server_command(port: int, lakehouse: str, *pipelines: Path) -> list[str]:
+    command = [TIDEMARK, "sql-server", "--port", str(port), "--lakehouse", lakehouse, "--refresh", "2s"]
+    return command + [argument for path in pipelines for argument in ("--pipeline", str(path))]
+
+
+@dataclass
+class SqlServer:
+    port: int
+    process: subprocess.Popen
+    log: list[str]
+
+    def sql(self, query: str, output: str = "csv") -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [TIDEMARK, "sql", "--port", str(self.port), "--format", output, query],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def rows(self, query: str) -> list[dict]:
+        done = self.sql(query)
+        assert done.returncode == 0, done.stderr
+        return list(csv.DictReader(io.StringIO(done.stdout)))
+
+    def value(self, query: str) -> int:
+        (row,) = self.rows(query)
+        return int(next(iter(row.values())))
+
+
+@contextmanager
+def sql_server(lakehouse: str, no_pipelines: Path) -> Iterator[SqlServer]:
+    """The server over ``lakehouse``, with ``$TIDEMARK_PIPELINES`` an empty folder
+    ``no_pipelines``, from listening until it is stopped."""
+    no_pipelines.mkdir(exist_ok=True)
+    port = free_port()
+    process = subprocess.Popen(
+        server_command(port, lakehouse),
+        env={**submit_env(), "TIDEMARK_PIPELINES": str(no_pipelines)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    log: list[str] = []
+    threading.Thread(target=lambda: log.extend(process.stdout), daemon=True).start()
+    try:
+        wait_for(
+            lambda: any("listening on" in line for line in log) or process.poll() is not None, 240, "server"
+        )
+        assert process.poll() is None, "".join(log[-50:])
+        yield SqlServer(port, process, log)
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            kill_hard(process)
+
+
+def cookbook_statements() -> list[str]:
+    """The SQL statements of the README's cookbook, comments dropped."""
+    section = README.read_text().split("## SQL: every table over the wire", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sql\n", 1)[1].split("```", 1)[0]
+    code = "\n".join(line for line in block.splitlines() if not line.lstrip().startswith("--"))
+    return [statement.strip() for statement in code.split(";") if statement.strip()]
