@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,12 +36,12 @@ class SqlServer:
     process: subprocess.Popen
     log: list[str]
 
-    def sql(self, query: str, output: str = "csv") -> subprocess.CompletedProcess:
+    def sql(self, query: str, output: str = "csv", timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(
             [TIDEMARK, "sql", "--port", str(self.port), "--format", output, query],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=timeout,
         )
 
     def rows(self, query: str) -> list[dict]:
@@ -77,7 +77,8 @@ def sql_server(lakehouse: str, no_pipelines: Path) -> Iterator[SqlServer]:
         assert process.poll() is None, "".join(log[-50:])
         yield SqlServer(port, process, log)
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        with suppress(ProcessLookupError):  # it may have ended by itself (the failure above says why)
+            os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:

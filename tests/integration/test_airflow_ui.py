@@ -352,8 +352,9 @@ def test_a_run_link_on_the_framed_page_opens_the_run_in_the_ui_not_inside_the_fr
     chromium.call("Page.navigate", url=f"{airflow.url}/plugin/tidemark")
     selector = json.dumps(f'a.dag-run[href$="{run_id}"]')
     link = f"document.querySelector('iframe')?.contentDocument?.querySelector({selector})"
-    chromium.wait_for(f"!!{link}", "the run's link on the framed page")
-    chromium.evaluate(f"{link}.click()")
+    # Found and clicked in one go: the framed page reloads itself every few seconds.
+    clicked = f"(() => {{ const link = {link}; link?.click(); return !!link; }})()"
+    chromium.wait_for(clicked, "the run's link on the framed page")
     # The UI itself shows the run: its own address, its own page, no frame around it.
     chromium.wait_for(f"location.pathname === {run_path!r}", "the UI to route to the run")
     chromium.wait_for(

@@ -151,7 +151,7 @@ def test_the_live_demo_advances_on_the_page_merges_from_its_button_and_reconcile
     assert len(statements) >= 9
     with sql_server(str(lakehouse), tmp_path / "no-pipelines") as server:
         # One client session for all of them: beeline stops at the first failure and names it.
-        done = server.sql(";\n".join(statements))
+        done = server.sql(";\n".join(statements), timeout=600)
         assert done.returncode == 0, done.stderr
         bronze = spark.read.format("delta").load(registry.bronze.path).count()
         assert server.value("SELECT count(*) FROM bronze.telemetry") == bronze

@@ -26,7 +26,7 @@ from tests.integration.conftest import (
     wait_for,
     write_pipeline,
 )
-from tests.integration.sql_server import SqlServer, server_command, sql_server
+from tests.integration.sql_server import SqlServer, cookbook_statements, server_command, sql_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
@@ -222,3 +222,11 @@ def test_a_port_in_use_is_refused_before_anything_is_written(served, tmp_path):
     assert done.returncode == 2
     assert f"127.0.0.1:{served.port} is in use" in done.stdout
     assert not lakehouse.exists()
+
+
+def test_every_cookbook_statement_in_the_readme_runs(served):
+    statements = cookbook_statements()
+    assert len(statements) >= 9
+    # One client session for all of them: beeline stops at the first failure and names it.
+    done = served.sql(";\n".join(statements), timeout=600)
+    assert done.returncode == 0, done.stderr

@@ -3,11 +3,15 @@
 import itertools
 import json
 
+import pytest
+
 from spark_jobs.generator import (
     LIVE_LATE_DELAY_MS,
     LIVE_LEAD_MS,
     LIVE_SEGMENT_MS,
     FleetSpec,
+    Generated,
+    after_outage,
     feed_live,
     file_sender,
     fleet_of,
@@ -126,8 +130,8 @@ def test_the_file_sender_lands_a_file_per_batch_in_arrival_order(tmp_path):
 
 def test_a_quiet_partition_goes_dark_and_sends_its_backlog_when_its_quiet_segment_ends():
     fleet = FleetSpec(
-        **{**FLEET.__dict__, "quiet_partitions": 1, "late_ratio": 0.2, "late_delay_ms": (20_000, 40_000)}
-    )
+        **{**FLEET.__dict__, "quiet_partitions": 1, "late_ratio": 0.2, "late_delay_ms": (20_000, 100_000)}
+    )  # some late uploads arrive a segment or more after the one they belong to
     quiet, start = fleet.partitions - 1, fleet.start_ms
     # Quiet segments are the odd ones of 60 s; the last track is before 30 s into one,
     # its last on-time record due 5 s (the bound) later.
@@ -158,6 +162,7 @@ def test_a_quiet_partition_goes_dark_and_sends_its_backlog_when_its_quiet_segmen
     sent = list(itertools.takewhile(lambda r: r.arrival_ms < horizon, live_records(fleet)))
 
     assert sorted((r.arrival_ms, r.line) for r in sent) == expected
+    assert [r.arrival_ms for r in sent] == sorted(r.arrival_ms for r in sent)
     for dark_from, dark_to in dark:
         assert not [r for r in sent if r.partition == quiet and dark_from <= r.arrival_ms < dark_to]
         backlog = [r for r in sent if r.partition == quiet and r.arrival_ms == dark_to]
@@ -165,3 +170,26 @@ def test_a_quiet_partition_goes_dark_and_sends_its_backlog_when_its_quiet_segmen
     # Every record held back was late already: the on-time ones were all due before dark.
     held = [r for r in plain if naive_arrival(r) != r.arrival_ms and naive_arrival(r) < horizon]
     assert held and all(r.late for r in held)
+
+
+@pytest.mark.parametrize(
+    ("quiet_after", "moved"),
+    [
+        # Segments of 60 s from 0; the odd ones are quiet. Arrival -> arrival as sent.
+        (0.0, {64_999: 64_999, 65_000: 120_000, 119_999: 120_000, 120_000: 120_000, 59_999: 59_999}),
+        (0.5, {94_999: 94_999, 95_000: 120_000, 119_999: 120_000, 120_000: 120_000, 185_000: 185_000}),
+        (1.0, {65_000: 65_000, 119_999: 119_999, 239_999: 239_999}),
+        (0.5, {215_000: 240_000, 214_999: 214_999, 239_999: 240_000}),
+    ],
+)
+def test_a_record_of_a_quiet_partition_is_held_from_the_bound_after_its_last_track_to_the_segment_end(
+    quiet_after, moved
+):
+    template = FleetSpec(
+        partitions=3, quiet_partitions=1, start_ms=0, duration_ms=60_000, quiet_after=quiet_after
+    )
+    for arrival, sent in moved.items():
+        quiet = Generated(partition=2, arrival_ms=arrival, payload={}, line="{}", late=True)
+        assert after_outage(template, quiet).arrival_ms == sent, arrival
+        other = Generated(partition=1, arrival_ms=arrival, payload={}, line="{}", late=True)
+        assert after_outage(template, other).arrival_ms == arrival
