@@ -44,9 +44,9 @@ from tests.integration.test_late_merge import assert_reconciles, quarantine_by_s
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(2400)]
 
-FEED_SECONDS = 100  # the generator is paced to spread the fleet's records over this
+FEED_SECONDS = 60  # the generator is paced to spread the fleet's records over this
 FLEET = FleetSpec(
-    devices=25, partitions=3, seed=77, duration_ms=100 * 60_000, late_ratio=0.03, malformed_ratio=0.01
+    devices=15, partitions=3, seed=77, duration_ms=100 * 60_000, late_ratio=0.03, malformed_ratio=0.01
 )
 JOBS = ("run", "merge_late", "check_idle")
 # Partitions go idle after seconds rather than the shipped minute, so the wait for
