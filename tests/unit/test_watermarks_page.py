@@ -3,6 +3,7 @@ rendered HTML (escaping, self-refresh, the merge form, empty pipelines in one li
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -214,3 +215,29 @@ def test_the_summary_names_the_last_window_the_watermark_fired():
     )
     page = render_page("/lh", [view], T0)
     assert '<dd class="fired">[2026-03-01 12:00:00.000, 2026-03-01 12:01:00.000)</dd>' in page
+
+
+def partition_flags(page: str) -> dict[str, list[str]]:
+    rows = re.findall(r'<tr data-partition="([^"]+)">(.*?)</tr>', page, re.S)
+    return {partition: re.findall(r'<span class="flag ([a-z-]+)">', cells) for partition, cells in rows}
+
+
+def test_an_idle_partition_is_flagged_idle_only_and_an_active_one_behind_catching_up():
+    # The engine marks every idle partition unaligned (it must catch up when it is back);
+    # "catching-up" is for an active partition that has not rejoined the minimum yet.
+    def clock(partition: str, idle: bool, aligned: bool) -> dict:
+        return {
+            "source_partition": partition,
+            "partition_watermark": 1_000,
+            "max_event_time": T0,
+            "is_idle": idle,
+            "is_aligned": aligned,
+            "last_data_at": T0,
+            "updated_at": T0,
+            "lag_ms": 0,
+        }
+
+    clocks = [clock("0", False, True), clock("1", True, False), clock("2", False, False)]
+    view = PipelineView("telemetry", "/t.yaml", load_pipeline(PIPELINE), status=status(partitions=clocks))
+    page = render_page("/lh", [view], T0)
+    assert partition_flags(page) == {"0": [], "1": ["idle"], "2": ["catching-up"]}
