@@ -235,11 +235,16 @@ def live_records(template: FleetSpec, kinds: Sequence[str] = MALFORMED_KINDS) ->
         # Nothing arrives before its event time: what arrives before this segment starts is due.
         while pending and pending[0][0] < start:
             yield heapq.heappop(pending)[2]
-        quiet = template.quiet_partitions if index % 2 else 0
+        quiet = template.quiet_partitions if is_quiet_segment(index) else 0
         segment = replace(template, seed=template.seed + index, start_ms=start, quiet_partitions=quiet)
         for record in generate(segment, kinds):
             record = after_outage(template, record)
             heapq.heappush(pending, (record.arrival_ms, next(order), record))
+
+
+def is_quiet_segment(index: int) -> bool:
+    """Whether the live feed's segment ``index`` (from 0) is one where the quiet partitions go quiet."""
+    return index % 2 == 1
 
 
 def after_outage(template: FleetSpec, record: Generated) -> Generated:
@@ -247,7 +252,7 @@ def after_outage(template: FleetSpec, record: Generated) -> Generated:
     that would arrive while the partition is dark (in a quiet segment, from the bound
     after its last track on) arrives when the segment ends."""
     index = (record.arrival_ms - template.start_ms) // template.duration_ms
-    if index % 2 == 0 or not is_quiet(template, record.partition):
+    if not is_quiet_segment(index) or not is_quiet(template, record.partition):
         return record
     segment = replace(template, start_ms=template.start_ms + index * template.duration_ms)
     if record.arrival_ms < quiet_from(segment) + template.bound_ms:
