@@ -40,6 +40,11 @@ def string_literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def is_in_sql(column: str, values: Iterable[str]) -> str:
+    """SQL: ``column`` (a name or an ``alias.name`` from code, not from a user) is one of ``values``."""
+    return f"{column} IN ({', '.join(map(string_literal, values))})"
+
+
 def column_of(alias: str, name: str) -> Column:
     """``alias.name`` (a MERGE's ``t``/``s``, a join's side) as a Column."""
     return F.col(f"{alias}.{quote_identifier(name)}")

@@ -578,10 +578,15 @@ _TABLE_ACTIONS = frozenset({"Metadata", "Protocol"})
 
 
 def changed_by_others(
-    spark: SparkSession, path: str, after: int, until: int, partition: tuple[str, str], own: frozenset[str]
+    spark: SparkSession,
+    path: str,
+    after: int,
+    until: int,
+    partitions: tuple[str, frozenset[str]],
+    own: frozenset[str],
 ) -> bool:
     """Whether a commit in versions ``after`` + 1 to ``until`` of a Delta table changed
-    the rows of one partition (``(column, value)``) or the table's metadata, without
+    the rows of some partitions (``(column, values)``) or the table's metadata, without
     the transaction id or userMetadata label of one of the app ids in ``own``. Read from the log on the driver
     (no Spark job), so a writer that keeps what it last wrote in memory can tell
     whether it must read the table again. A log that no longer holds every one of
@@ -591,11 +596,11 @@ def changed_by_others(
         return False
     if until < after:
         return True
-    column, value = partition
+    column, values = partitions
     try:
         for version_actions in _log_changes(spark, path, after + 1, until, fail_on_data_loss=True):
             actions = version_actions._2()
-            if _touches(actions, column, value) and not _written_by(actions, own):
+            if _touches(actions, column, values) and not _written_by(actions, own):
                 return True
     except Py4JJavaError:  # a commit file is gone: the log cannot vouch for the memory
         return True
@@ -660,13 +665,13 @@ def _actions(actions: Any) -> Iterator[tuple[str, Any]]:
         yield action.getClass().getSimpleName(), action
 
 
-def _touches(actions: Any, column: str, value: str) -> bool:
+def _touches(actions: Any, column: str, values: frozenset[str]) -> bool:
     for kind, action in _actions(actions):
         if kind in _TABLE_ACTIONS:
             return True
         if kind in _FILE_ACTIONS:
             found = action.partitionValues().get(column)
-            if not found.isDefined() or found.get() == value:
+            if not found.isDefined() or found.get() in values:
                 return True
     return False
 

@@ -15,6 +15,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.delta_txn import MissingColumns, partition_writer
 from spark_jobs.engine.judging import Summary
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.eventtime.clock_log import ClockState, clock_entry, clock_state, snapshot_version
@@ -136,7 +137,7 @@ class ClockMemory:
         paths = (registry.ops["watermarks"].path, registry.ops["watermark_history"].path)
         # Versions first: a commit landing during a read is then looked at again next time.
         current = {path: table_version(spark, path) for path in paths}
-        partition = ("pipeline", registry.config.name)
+        partition = ("pipeline", frozenset({registry.config.name}))
         changed = (
             changed_by_others(spark, path, self.versions[path], current[path], partition, own)
             for path in paths
@@ -330,14 +331,16 @@ def write_partition_clocks(
     never_back: bool = False,
 ) -> None:
     """The snapshot of the pipeline's clocks in ``ops.watermarks`` (shared by every
-    pipeline, partitioned by pipeline), idempotent under ``txn`` (app id, version).
-    Readers take the steps recorded since it too, so a snapshot behind them is
-    stale, never wrong.
+    pipeline, partitioned by pipeline), labelled with ``txn``'s app id. Readers take
+    the steps recorded since it too, so a snapshot behind them is stale, never wrong.
 
-    Silver replaces the pipeline's rows: an overwrite of one partition costs less than
-    a MERGE (no join). An idleness step (``never_back``) merges row by row instead,
-    never over a row of a later judged version, so a step planned before a silver
-    batch committed leaves the snapshot no further behind than it was."""
+    Silver replaces the pipeline's rows: one commit naming the files it replaces,
+    which its process knows from its last refresh (:class:`PartitionWriter`), as
+    costly as an append. A refresh repeated after a crash writes the same snapshot
+    again. An idleness step (``never_back``) merges row by row instead, idempotent
+    under ``txn`` (app id, version), never over a row of a later judged version, so
+    a step planned before a silver batch committed leaves the snapshot no further
+    behind than it was."""
     rows = partition_clock_rows(spark, registry, tracker, last_version, now)
     if rows is None:
         return
@@ -345,15 +348,17 @@ def write_partition_clocks(
     name = registry.config.name
 
     def replace() -> None:
-        (
-            rows.write.format("delta")
-            .mode("overwrite")
-            .option("mergeSchema", "true")  # a table written before generator_state gains it
-            .option("replaceWhere", f"pipeline = {string_literal(name)}")
-            .option("txnAppId", txn[0])
-            .option("txnVersion", txn[1])
-            .save(path)
-        )
+        try:
+            partition_writer(path, "pipeline", frozenset({name})).overwrite(spark, lambda _: rows, txn[0])
+        except MissingColumns:  # a table written before generator_state: it gains the column
+            (
+                rows.write.format("delta")
+                .mode("overwrite")
+                .option("mergeSchema", "true")
+                .option("replaceWhere", f"pipeline = {string_literal(name)}")
+                .option("userMetadata", txn[0])
+                .save(path)
+            )
 
     def merge() -> None:
         target = DeltaTable.forPath(spark, path).alias("t")

@@ -20,7 +20,7 @@ from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
 from spark_jobs.jobs.common import (
     crash_point,
 )
-from spark_jobs.tables import TableRegistry
+from spark_jobs.tables import TableRegistry, batch_metadata
 
 
 def flush(spark: SparkSession, registry: TableRegistry) -> bool:
@@ -36,7 +36,7 @@ def flush(spark: SparkSession, registry: TableRegistry) -> bool:
     state = tracker.flush()
     now = datetime.now(UTC)
     app_id = f"flush-{registry.config.name}"
-    fire_due(spark, registry, MAX_WATERMARK, (f"{app_id}:silver", version + 1), now)
+    fire_due(spark, registry, MAX_WATERMARK, batch_metadata(f"{app_id}:silver", version + 1, {}), now)
     crash_point("flush:fire")
     now_ms = round(now.timestamp() * 1000)
     clock = VersionClock(
@@ -79,7 +79,7 @@ def advance_idle(
     moved = state.watermark != before or idle_after != idle_before
     clock = None
     if moved:
-        fire_due(spark, registry, state.watermark, (f"{app_id}:silver", now_ms), now)
+        fire_due(spark, registry, state.watermark, batch_metadata(f"{app_id}:silver", now_ms, {}), now)
         crash_point("idle:fire")
         clock = VersionClock(
             last_version, now_ms, before, state.watermark, state.active_partitions, state.idle_partitions

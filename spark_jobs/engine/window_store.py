@@ -7,31 +7,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig
+from spark_jobs.delta_txn import PartitionWriter, partition_writer
 from spark_jobs.engine.clocks import VersionClock
-from spark_jobs.jobs.common import (
-    delta_txn,
-    retry_on_conflict,
-    session_settings,
-    txn_settings,
-)
+from spark_jobs.jobs.common import retry_on_conflict
 from spark_jobs.sql import column_of, null_safe_match
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
 from spark_jobs.transforms.windows import (
+    IN_PLAY_STATUSES,
     in_play,
-    in_play_sql,
     is_cleaned,
     is_fired,
     revision_columns,
     window_status,
 )
-
-REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
 
 
 def firing_update(
@@ -54,11 +47,6 @@ def firing_update(
         "revision": revision,
         "status": window_status(revision, end_ms, watermark, lateness_ms),
     }
-
-
-def windows_in_play(spark: SparkSession, registry: TableRegistry) -> DataFrame:
-    """The silver windows a micro-batch may change: the open and fired partitions."""
-    return spark.read.format("delta").load(registry.silver.path).where(in_play())
 
 
 def updated_windows(
@@ -116,49 +104,58 @@ def updated_windows(
     return joined.select(*(values[name].alias(name) for name in in_play_windows.columns))
 
 
+def fired_windows(in_play_windows: DataFrame, watermark: int, lateness_ms: int, now: datetime) -> DataFrame:
+    """The windows in play after a watermark step without records (end of input,
+    idleness): those the watermark passed fired, those past their allowed lateness
+    closed (:func:`firing_update`), the rest as they were."""
+    due, fired = firing_update(watermark, lateness_ms)
+    values = {**fired, "updated_at": F.lit(now).cast("timestamp")}
+    return in_play_windows.select(
+        *(
+            F.when(due, values[name]).otherwise(F.col(name)).alias(name) if name in values else F.col(name)
+            for name in in_play_windows.columns
+        )
+    )
+
+
+def in_play_writer(registry: TableRegistry) -> PartitionWriter:
+    """This process's writer of silver's windows in play, and the files it knows."""
+    return partition_writer(registry.silver.path, "status", IN_PLAY_STATUSES)
+
+
 def write_windows(
     spark: SparkSession,
     registry: TableRegistry,
     partials: DataFrame,
     plan: Sequence[VersionClock],
-    app_id: str,
-    batch_id: int,
+    label: str,
     now: datetime,
 ) -> None:
     """Replace the windows in play with what this micro-batch makes of them
-    (:func:`updated_windows`), in one Delta overwrite of the open and fired
-    partitions; windows it closes land in the closed partition beside them.
-
-    One read of the windows in play and one write: a MERGE would pay a separate
-    pass over both sides to find the files it touches, and rewrite those files
-    anyway (the windows in play are a file or two). Closed windows are neither read
-    nor rewritten (DESIGN §4b). Idempotent under (query id, batch id)."""
-
-    def overwrite() -> None:
-        # Built per attempt: a retry after a conflict reads the windows afresh.
-        rows = updated_windows(windows_in_play(spark, registry), partials, registry.config, plan, now)
-        # The rows a batch closes leave the replaced partitions: Delta's check that
-        # every written row matches replaceWhere would refuse them.
-        settings = {**txn_settings(f"{app_id}:silver", batch_id), REPLACE_WHERE_CHECK: "false"}
-        with session_settings(spark, settings):
-            rows.write.format("delta").mode("overwrite").option("replaceWhere", in_play_sql()).save(
-                registry.silver.path
-            )
-
-    retry_on_conflict(overwrite, "silver windows write")
+    (:func:`updated_windows`), in one Delta commit labelled ``label``: windows it
+    closes land in the closed partition beside them. Closed windows are neither
+    read nor rewritten (DESIGN §4b). The commit names the files it replaces
+    (:class:`~spark_jobs.delta_txn.PartitionWriter`), so a stream's batch costs what
+    an append costs."""
+    writer = in_play_writer(registry)
+    config = registry.config
+    retry_on_conflict(
+        lambda: writer.overwrite(
+            spark, lambda windows: updated_windows(windows, partials, config, plan, now), label
+        ),
+        "silver windows write",
+    )
 
 
-def fire_due(
-    spark: SparkSession, registry: TableRegistry, watermark: int, txn: tuple[str, int], now: datetime
-) -> None:
+def fire_due(spark: SparkSession, registry: TableRegistry, watermark: int, label: str, now: datetime) -> None:
     """Fire the windows ``watermark`` has passed and close those past their allowed
-    lateness, for a watermark step that brings no records (end of input, idleness)."""
-    due, fired = firing_update(watermark, registry.config.allowed_lateness_ms)
+    lateness, for a watermark step that brings no records (end of input, idleness),
+    in one commit labelled ``label``. Firing twice at one watermark changes nothing, so a
+    step repeated after a crash needs no transaction id."""
+    writer = in_play_writer(registry)
+    lateness = registry.config.allowed_lateness_ms
 
-    def fire() -> None:
-        with delta_txn(spark, *txn):
-            DeltaTable.forPath(spark, registry.silver.path).update(
-                due, {**fired, "updated_at": F.lit(now).cast("timestamp")}
-            )
+    def fired(windows: DataFrame) -> DataFrame:
+        return fired_windows(windows, watermark, lateness, now)
 
-    retry_on_conflict(fire, "silver firing")
+    retry_on_conflict(lambda: writer.overwrite(spark, fired, label), "silver firing")

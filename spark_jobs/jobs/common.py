@@ -237,13 +237,19 @@ class BatchWriter:
         stream's first batch, maybe the replay of one that landed before a crash)
         first reads the log back for its label, which the commit carries in its
         userMetadata beside ``metadata``."""
-        if not self.follows_completed(batch_id) and batch_landed(
-            self.spark, table.path, self.app_id, batch_id, self.born_ms()
-        ):
+        if self.landed(table, batch_id):
             return False
         label = batch_metadata(self.app_id, batch_id, metadata or {})
         frame.write.format("delta").mode("append").option("userMetadata", label).save(table.path)
         return True
+
+    def landed(self, table: TableRef, batch_id: int) -> bool:
+        """Whether this stream's batch ``batch_id`` already committed to ``table`` under
+        its label (:func:`~spark_jobs.tables.batch_metadata`). A batch that follows one
+        this writer completed has not; any other is looked for in the table's log."""
+        return not self.follows_completed(batch_id) and batch_landed(
+            self.spark, table.path, self.app_id, batch_id, self.born_ms()
+        )
 
     def born_ms(self) -> int:
         """When the stream's checkpoint (and with it its app id) was made."""

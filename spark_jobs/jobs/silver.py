@@ -63,7 +63,7 @@ from spark_jobs.jobs.common import (
 from spark_jobs.session import build_session
 from spark_jobs.sources import source_reports
 from spark_jobs.sql import local_rows
-from spark_jobs.tables import table_version
+from spark_jobs.tables import batch_metadata, table_version
 from spark_jobs.transforms.windows import (
     assign_windows,
     judge_pairs,
@@ -164,8 +164,11 @@ class SilverBatchWriter(BatchWriter):
             }
             late_total = sum(n for (_, is_late), n in counts.items() if is_late)
             on_time = pairs.where(~F.col("is_late"))
-            write_windows(spark, registry, window_partials(on_time, config), plan, self.app_id, batch_id, now)
-            crash_point("silver:windows")
+            if not self.landed(registry.silver, batch_id):
+                partials = window_partials(on_time, config)
+                label = batch_metadata(self.app_id, batch_id, {})
+                write_windows(spark, registry, partials, plan, label, now)
+                crash_point("silver:windows")
             if late_total:
                 # After the windows: a late merge between a crash and the replay would
                 # otherwise create, closed, a window whose on-time pairs this batch

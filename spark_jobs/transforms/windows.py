@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import PipelineConfig
 from spark_jobs.eventtime.model import CLOSED, FIRED, OPEN
 from spark_jobs.eventtime.windows import WindowSpec
+from spark_jobs.sql import is_in_sql
 from spark_jobs.transforms.aggregates import partial_aggregates
 
 TIME_COLUMNS = {"event": "event_time", "ingestion": "ingest_time", "processing": "processing_time"}
@@ -45,12 +46,16 @@ def window_status(
     )
 
 
+# The statuses of a window a micro-batch may still change: not closed. Silver is
+# partitioned by status, so a batch reads and rewrites only these windows (DESIGN
+# §4b); closed ones change only in the late merge.
+IN_PLAY_STATUSES = frozenset({OPEN, FIRED})
+
+
 def in_play_sql(status: str = "status") -> str:
-    """A window a micro-batch may still change: not closed. Silver is partitioned
-    by status, so Delta reads and rewrites only the open and fired windows (DESIGN
-    §4b); closed ones change only in the late merge. SQL, for Delta's replaceWhere;
+    """A window in play (:data:`IN_PLAY_STATUSES`), as SQL (a commit's predicate);
     ``status`` names the column."""
-    return f"{status} != '{CLOSED}'"
+    return is_in_sql(status, sorted(IN_PLAY_STATUSES))
 
 
 def in_play(status: str = "status") -> Column:

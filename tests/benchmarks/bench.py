@@ -74,6 +74,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig, load_pipeline
+from spark_jobs.delta_txn import forget_partition_writers
 from spark_jobs.engine.clocks import forget_clocks
 from spark_jobs.engine.judging import LATE_REASON
 from spark_jobs.engine.tuning import parse_candidate, tune
@@ -652,13 +653,14 @@ class SilverLakehouse:
     def land(self, count: int, as_new_process: bool = False) -> list[float]:
         """Land the next ``count`` records as one file, run bronze, then silver:
         the seconds of each silver micro-batch that had input. ``as_new_process``:
-        silver first forgets what a process keeps between runs (its clocks, the
-        tables' Delta logs), as the first batch of a new spark-submit must."""
+        silver first forgets what a process keeps between runs (its clocks, its
+        in-play files, the tables' Delta logs), as the first batch of a new spark-submit must."""
         write_landing(self.records[self.landed : self.landed + count], self.registry.landing_path, count)
         self.landed += count
         bronze.run(self.spark, self.contexts["bronze"])
         if as_new_process:
             forget_clocks()
+            forget_partition_writers()
             self.spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
         query = silver.stream(self.spark, self.contexts["silver"]).start()
         query.awaitTermination()

@@ -39,7 +39,7 @@ pytestmark = pytest.mark.spark
 
 CLOCKS = "pipeline string, source_partition string, watermark long"
 OWN = frozenset({"silver-query:watermarks"})
-PIPELINE = ("pipeline", "p1")
+PIPELINE = ("pipeline", frozenset({"p1"}))
 
 
 def test_local_rows_hold_the_values_and_types_create_dataframe_gives(spark):
