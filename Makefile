@@ -26,7 +26,7 @@ $(JARS_STAMP): $(VENV)/.installed spark_jobs/jars.py
 	@touch $@
 
 # The JVM classes a job loads, archived once (class-data sharing): every job starts faster.
-$(JVM_ARCHIVE): $(JARS_STAMP) spark_jobs/jvm_archive.py
+$(JVM_ARCHIVE): $(JARS_STAMP) spark_jobs/jvm_archive.py spark_jobs/session.py
 	@$(PY) -m spark_jobs.jvm_archive
 
 lint: $(VENV)/.installed

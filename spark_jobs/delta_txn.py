@@ -20,6 +20,8 @@ and Delta derives its checksum incrementally (a ``ManualUpdate`` would not).
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +105,33 @@ class Transaction:
             *(option.empty() for _ in range(5)),
         )
         return self._txn.commit(self._scala_seq(actions), write)
+
+    def create(self, schema: StructType, partition_by: Sequence[str], properties: dict[str, str]) -> bool:
+        """Commit the table's first version (as CREATE TABLE does, through the same
+        transaction: Delta picks the protocol its properties need). False, and nothing
+        written, if the table exists."""
+        if self.read_version >= 0:
+            return False
+        metadata = self._jvm.org.apache.spark.sql.delta.actions.Action.fromJson(
+            json.dumps(
+                {
+                    "metaData": {
+                        "id": str(uuid.uuid4()),
+                        "format": {"provider": "parquet", "options": {}},
+                        "schemaString": schema.json(),
+                        "partitionColumns": list(partition_by),
+                        "configuration": properties,
+                        "createdTime": int(time.time() * 1000),
+                    }
+                }
+            )
+        )
+        self._txn.updateMetadataForNewTable(metadata)
+        create = getattr(self._jvm.org.apache.spark.sql.delta, "DeltaOperations$CreateTable")(
+            metadata, False, False, self._jvm.scala.Option.empty()
+        )
+        self._txn.commit(self._scala_seq([]), create)
+        return True
 
     def _scala_seq(self, items: Iterable[JavaObject]) -> JavaObject:
         java_list = self._jvm.java.util.ArrayList()

@@ -89,6 +89,10 @@ def base_conf() -> dict[str, str]:
     conf = {
         **profile.spark_conf,
         "spark.jars": ",".join(local_jars()),
+        # The driver loads them through its own class path as well: the JVM's class
+        # archive (spark_jobs.jvm_archive) holds only classes of that path, and Delta's
+        # are most of what a job loads after Spark's. Executors get them from spark.jars.
+        "spark.driver.extraClassPath": os.pathsep.join(local_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "in-memory",

@@ -490,31 +490,23 @@ def creation_lock(root: str) -> Iterator[None]:
 
 
 def create_if_missing(spark: SparkSession, table: TableRef) -> bool:
-    """Idempotent, and safe when two jobs race to create the same table."""
-    from delta.tables import DeltaTable
+    """Idempotent, and safe when two jobs race to create the same table. One commit
+    through a transaction of our own (:meth:`~spark_jobs.delta_txn.Transaction.create`):
+    the builder API costs a few Spark jobs per table."""
+    from spark_jobs.delta_txn import Transaction  # it reads the log through this module
 
-    if DeltaTable.isDeltaTable(spark, table.path):
-        return False
-    builder = DeltaTable.createIfNotExists(spark).location(table.path).addColumns(table.schema)
-    if table.partition_by:
-        builder = builder.partitionedBy(*table.partition_by)
-    for key, value in table.properties:
-        builder = builder.property(key, value)
     # Two jobs started together race to create the same tables: the loser's commit
-    # fails (its snapshot predates the winner's). Retrying re-reads the log and,
-    # finding the table, does nothing.
+    # fails (version 0 exists). Retrying re-reads the log and, finding the table, does nothing.
     for attempt in range(CREATE_ATTEMPTS):
         try:
-            builder.execute()
-            break
+            txn = Transaction(spark, table.path)
+            return txn.create(table.schema, table.partition_by, dict(table.properties))
         except Exception:
             if attempt == CREATE_ATTEMPTS - 1:
                 raise
             time.sleep(0.2 * (attempt + 1))
-            if DeltaTable.isDeltaTable(spark, table.path):
-                return False
             discard_unfinished_creation(spark, table.path)
-    return True
+    return False
 
 
 def _delta_log(spark: SparkSession, path: str) -> Any:

@@ -27,7 +27,6 @@ from spark_jobs.catalog import (
     registries_for,
 )
 from spark_jobs.config import configured_pipeline_files, parse_duration
-from spark_jobs.jars import local_jars
 from spark_jobs.jobs.common import exit_on_config_error
 from spark_jobs.sql_client import DEFAULT_HOST, DEFAULT_PORT
 from spark_jobs.tables import join, lakehouse_root
@@ -78,9 +77,6 @@ def server_conf(host: str, port: int, state: str, local: bool) -> dict[str, str]
     """The session settings that make a Delta-aware Thrift server."""
     conf = {
         "spark.sql.catalogImplementation": "hive",
-        # The Thrift handler threads open sessions through the system class loader,
-        # which does not see spark.jars: Delta's catalog must be on the class path.
-        "spark.driver.extraClassPath": os.pathsep.join(local_jars()),
         "spark.hadoop.hive.server2.thrift.bind.host": host,
         "spark.hadoop.hive.server2.thrift.port": str(port),
         "spark.hadoop.javax.jdo.option.ConnectionURL": (
