@@ -5,6 +5,7 @@ The per-record rules are the DataFrame functions of ``transforms.windows``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -12,11 +13,13 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.eventtime.generators import DISORDER_PERMILLE, PartitionInput
+from spark_jobs.eventtime.windows import WindowSpec, is_cleaned
 from spark_jobs.sql import quote_identifier
 from spark_jobs.tables import TableRegistry, change_feed
 from spark_jobs.transforms.windows import (
     is_marker,
     record_millis,
+    windows_per_record,
 )
 
 LATE_REASON = "window_cleaned"
@@ -30,6 +33,10 @@ class Summary(NamedTuple):
     sent: PartitionInput
     processing_ms: int
     rows: int  # every row, markers included
+    # Of its data (markers aside), when summarised with the windows: the smallest
+    # timestamp, and the (record, window) pairs it makes.
+    earliest: int | None = None
+    pairs: int | None = None
 
 
 def read_bronze_changes(spark: SparkSession, registry: TableRegistry) -> DataFrame:
@@ -57,23 +64,29 @@ def timed_records(changes: DataFrame, registry: TableRegistry) -> DataFrame:
     return changes.withColumn("ts_ms", record_millis(config)).withColumn("is_marker", is_marker(config))
 
 
-def version_summary(records: DataFrame, with_disorder: bool) -> list[Summary]:
+def version_summary(
+    records: DataFrame, with_disorder: bool, windows: WindowSpec | None = None
+) -> list[Summary]:
     """Per bronze version and partition, what the watermark generators need: the
     largest data timestamp and marker, and ``with_disorder`` (for a custom
     generator) the count, the smallest and the disorder quantiles' timestamps of the data
     (:func:`~spark_jobs.eventtime.generators.quantile_timestamps`, computed here
-    with the same integer ranks)."""
+    with the same integer ranks). With ``windows``, also the smallest data timestamp
+    and the pairs the data makes (:func:`late_pairs_possible`)."""
     data_ts = F.when(~F.col("is_marker"), F.col("ts_ms"))
     aggregates = [
         F.max(data_ts).alias("max_ts"),
         F.max(F.when(F.col("is_marker"), F.col("ts_ms"))).alias("max_marker"),
         F.max(F.unix_millis("processing_time")).alias("processing_ms"),
         F.count(F.lit(1)).alias("rows"),
+        F.min(data_ts).alias("min_ts"),
     ]
+    if windows is not None:
+        per_record = F.when(~F.col("is_marker"), windows_per_record(windows))
+        aggregates.append(F.coalesce(F.sum(per_record), F.lit(0)).alias("pairs"))
     if with_disorder:
         aggregates += [
             F.count(data_ts).alias("data_rows"),
-            F.min(data_ts).alias("min_ts"),
             F.array_sort(F.collect_list(data_ts)).alias("data_ts"),
         ]
     summary = records.groupBy("version", "source_partition").agg(*aggregates)
@@ -81,8 +94,30 @@ def version_summary(records: DataFrame, with_disorder: bool) -> list[Summary]:
         quantiles = quantile_timestamps_column("data_ts").alias("quantile_ts")
         summary = summary.select("*", quantiles).drop("data_ts")
     return sorted(
-        Summary(r.version, r.source_partition, _sent(r, with_disorder), r.processing_ms, r.rows)
+        Summary(
+            r.version,
+            r.source_partition,
+            _sent(r, with_disorder),
+            r.processing_ms,
+            r.rows,
+            r.min_ts,
+            r.pairs if windows is not None else None,
+        )
         for r in summary.collect()
+    )
+
+
+def late_pairs_possible(
+    summary: Sequence[Summary], watermarks_before: Mapping[int, int], windows: WindowSpec, lateness_ms: int
+) -> bool:
+    """Whether any (record, window) pair of the batch can be late: a pair is late
+    when its window was cleaned at its version's starting watermark, and window ends
+    grow with the timestamp, so a version's first pair to be cleaned is the first
+    window of its smallest timestamp. False lets a batch skip judging pair by pair."""
+    return any(
+        is_cleaned(min(windows.assign(row.earliest)), watermarks_before[row.version], lateness_ms)
+        for row in summary
+        if row.earliest is not None
     )
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -46,7 +47,13 @@ from spark_jobs.engine.clocks import (
     plan_clocks,
     write_partition_clocks,
 )
-from spark_jobs.engine.judging import quarantine_rows, read_bronze_changes, timed_records, version_summary
+from spark_jobs.engine.judging import (
+    late_pairs_possible,
+    quarantine_rows,
+    read_bronze_changes,
+    timed_records,
+    version_summary,
+)
 from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.engine.window_store import write_windows
 from spark_jobs.jobs.common import (
@@ -123,7 +130,7 @@ class SilverBatchWriter(BatchWriter):
         now = datetime.now(UTC)
         records = timed_records(batch, registry).persist()
         try:
-            summary = version_summary(records, config.watermark.needs_disorder)
+            summary = version_summary(records, config.watermark.needs_disorder, config.window)
             if not summary:
                 return
             last_version = max(row.version for row in summary)
@@ -158,10 +165,16 @@ class SilverBatchWriter(BatchWriter):
             # Not cached: each use re-derives the pairs from the cached records, which
             # costs less than caching every bronze column once more per pair.
             pairs = judge_pairs(assign_windows(data, config.window), clocks, config.allowed_lateness_ms)
-            counts = {
-                (row.version, row.is_late): row["count"]
-                for row in pairs.groupBy("version", "is_late").count().collect()
-            }
+            watermarks_before = {clock.version: clock.watermark_before for clock in plan}
+            if late_pairs_possible(summary, watermarks_before, config.window, config.allowed_lateness_ms):
+                counts = {
+                    (row.version, row.is_late): row["count"]
+                    for row in pairs.groupBy("version", "is_late").count().collect()
+                }
+            else:  # every pair is on time: the summary has counted them
+                counts = Counter()
+                for row in summary:
+                    counts[row.version, False] += row.pairs
             late_total = sum(n for (_, is_late), n in counts.items() if is_late)
             on_time = pairs.where(~F.col("is_late"))
             if not self.landed(registry.silver, batch_id):

@@ -74,20 +74,30 @@ def is_marker(config: PipelineConfig) -> Column:
     return F.col(marker).isNotNull() if marker else F.lit(False)
 
 
+def _last_start(spec: WindowSpec) -> Column:
+    ts = F.col("ts_ms")
+    return ts - F.pmod(ts - F.lit(spec.offset_ms), F.lit(spec.slide_ms))
+
+
+def _window_starts(spec: WindowSpec) -> Column:
+    """Every start of a window holding ``ts_ms``, latest first (sliding windows)."""
+    return F.sequence(_last_start(spec), F.col("ts_ms") - F.lit(spec.size_ms - 1), F.lit(-spec.slide_ms))
+
+
 def assign_windows(records: DataFrame, spec: WindowSpec) -> DataFrame:
     """One row per (record, window it belongs to), with ``window_start_ms`` and
     ``window_end_ms``. The start uses the floor-mod form (``pmod``), so negative
     timestamps land in the right window; sliding windows explode every start
     from the latest down to the earliest that still contains the record."""
-    ts = F.col("ts_ms")
-    last_start = ts - F.pmod(ts - F.lit(spec.offset_ms), F.lit(spec.slide_ms))
-    if spec.is_tumbling:
-        start = last_start
-    else:
-        start = F.explode(F.sequence(last_start, ts - F.lit(spec.size_ms - 1), F.lit(-spec.slide_ms)))
+    start = _last_start(spec) if spec.is_tumbling else F.explode(_window_starts(spec))
     return records.withColumn("window_start_ms", start).withColumn(
         "window_end_ms", F.col("window_start_ms") + F.lit(spec.size_ms)
     )
+
+
+def windows_per_record(spec: WindowSpec) -> Column:
+    """How many windows hold the record (the rows :func:`assign_windows` makes of it)."""
+    return F.lit(1) if spec.is_tumbling else F.size(_window_starts(spec))
 
 
 def judge_pairs(pairs: DataFrame, clocks: DataFrame, allowed_lateness_ms: int) -> DataFrame:
