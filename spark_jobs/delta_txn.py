@@ -3,18 +3,22 @@ the files they replace, and commits both at once, so Delta never rebuilds the
 table's state to find what to replace.
 
 A ``replaceWhere`` overwrite asks Delta which files match its predicate, and Delta
-answers from the table's state, rebuilt from the log for every new version: five to
-eight Spark jobs (about a second on 2 cores) for a few rows. A writer that already
-knows the files it wrote last (it keeps them in memory between its micro-batches)
-names them here instead, and the overwrite costs what an append costs: one job
-writing the new files, and a commit. Only when it does not know them (its first
-batch, or after another writer changed them) does it ask the state, once.
+answers from the table's state, rebuilt from the log for every new version
+(measured on 2 cores: 1.0-1.4 s for a thousand rows, against 0.3-0.4 s for an
+append of them). A writer that already knows the files it wrote last (it keeps
+them in memory between its micro-batches) names them here instead, and the
+overwrite costs what an append costs: one job writing the new files, and a
+commit. Only when it does not know them (its first batch, or after another
+writer changed them) does it ask the state, once.
 
-Conflicts stay Delta's: the transaction declares it read the whole table, so a
-concurrent commit that adds or removes data files fails this one with Delta's
-concurrency exceptions (``jobs.common.CONFLICTS``), to be retried from a fresh
-start. The commit is a WRITE in the table's history, with its predicate and label,
-and Delta derives its checksum incrementally (a ``ManualUpdate`` would not).
+Conflicts stay Delta's: an overwrite declares it read the whole table, so a
+concurrent commit that changes data fails it with Delta's concurrency exceptions
+(``jobs.common.CONFLICTS``), to be retried from a fresh start; an append reads
+nothing and never conflicts. The commit is a WRITE in the table's history, with
+its mode, predicate and label, and Delta derives its checksum incrementally (a
+``ManualUpdate`` would not). An append through it can carry in its label what
+only writing the files told (an observation's figures), which the commit of a
+DataFrame writer cannot.
 """
 
 from __future__ import annotations
@@ -48,7 +52,6 @@ class Transaction:
         self._jvm = spark.sparkContext._jvm
         self._log = self._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
         self._txn = self._log.startTransaction()
-        self._txn.readWholeTable()
 
     @property
     def read_version(self) -> int:
@@ -89,18 +92,29 @@ class Transaction:
             if action.getClass().getSimpleName() == "AddFile"
         ]
 
+    def read_whole_table(self) -> None:
+        """Declare the whole table read: any concurrent commit that changes data then
+        fails this one with a Delta conflict (a blind append never does)."""
+        self._txn.readWholeTable()
+
     def commit_overwrite(
         self, added: Iterable[JavaObject], replaced: Iterable[JavaObject], predicate: str, label: str
     ) -> int:
         """Commit ``added`` files in place of ``replaced`` ones as a WRITE (overwrite
         where ``predicate``) labelled ``label`` (its userMetadata); returns the version."""
-        actions = [*added, *(file.remove() for file in replaced)]
+        removed = (file.remove() for file in replaced)
+        return self._commit_write("Overwrite", [*added, *removed], predicate, label)
+
+    def commit_append(self, added: Iterable[JavaObject], label: str) -> int:
+        """Commit ``added`` files as a WRITE (append) labelled ``label``; returns the version."""
+        return self._commit_write("Append", list(added), None, label)
+
+    def _commit_write(self, mode: str, actions: list[JavaObject], predicate: str | None, label: str) -> int:
         option = self._jvm.scala.Option
-        operations = self._jvm.org.apache.spark.sql.delta
-        write = getattr(operations, "DeltaOperations$Write")(
-            self._jvm.org.apache.spark.sql.SaveMode.Overwrite,
+        write = getattr(self._jvm.org.apache.spark.sql.delta, "DeltaOperations$Write")(
+            getattr(self._jvm.org.apache.spark.sql.SaveMode, mode),
             option.empty(),
-            option.apply(predicate),
+            option.empty() if predicate is None else option.apply(predicate),
             option.apply(label),
             *(option.empty() for _ in range(5)),
         )
@@ -181,6 +195,7 @@ class PartitionWriter:
         to other partitions land there, beside the replaced ones. Delta's concurrency
         exceptions pass (the caller retries: a retry looks at the table afresh)."""
         txn = Transaction(spark, self.path)
+        txn.read_whole_table()
         kept, self.kept = self.kept, None
         if kept is None or changed_by_others(
             spark, self.path, kept.version, txn.read_version, (self.column, self.values), frozenset()

@@ -21,13 +21,20 @@ from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.eventtime.clock_log import ClockState, clock_entry, clock_state, snapshot_version
 from spark_jobs.eventtime.tracker import PartitionInput, WatermarkTracker
 from spark_jobs.jobs.common import delta_txn, retry_on_conflict
-from spark_jobs.sources.progress import SourceProgress, known_partitions, lagging_partitions, partition_order
+from spark_jobs.sources.progress import (
+    SourceProgress,
+    known_partitions,
+    lagging_partitions,
+    partition_order,
+    written_partitions,
+)
 from spark_jobs.sql import local_rows, string_literal
 from spark_jobs.tables import (
     PARTITION_CLOCKS_TYPE,
     TableRegistry,
     change_feed,
     changed_by_others,
+    commits,
     never_written,
     table_version,
 )
@@ -381,9 +388,17 @@ def write_partition_clocks(
 
 def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: int, latest: int) -> set[str]:
     """Partitions with records already in bronze beyond ``last_version`` (not yet
-    read by silver): a slow partition in a backfill is never idle."""
+    read by silver): a slow partition in a backfill is never idle. Each bronze commit
+    names them in its label, read from the log without a Spark job; a commit that
+    does not (an older bronze's) makes this read the change feed instead."""
     if latest <= last_version:
         return set()
+    labelled = [
+        written_partitions(commit.user_metadata)
+        for commit in commits(spark, registry.bronze.path, last_version + 1, latest)
+    ]
+    if len(labelled) == latest - last_version and all(found is not None for found in labelled):
+        return set().union(*labelled)
     later = (
         change_feed(spark.read, registry.bronze.path, last_version + 1, latest)
         .select("source_partition")

@@ -32,18 +32,19 @@ from spark_jobs.jobs.common import (
 from spark_jobs.session import build_session
 from spark_jobs.sources import read_source
 from spark_jobs.sources.kafka import KafkaLatestOffsets, kafka_progress
-from spark_jobs.sources.progress import SourceProgress
+from spark_jobs.sources.progress import SourceProgress, written_metadata
 from spark_jobs.transforms.parse import bronze_rows, parse_records, reject_rows
 
 
-def counted(frame: DataFrame, **counts: Column) -> tuple[DataFrame, Observation]:
-    """``frame`` with named counts observed while an action runs over it.
+def counted(frame: DataFrame, *also: Column, **counts: Column) -> tuple[DataFrame, Observation]:
+    """``frame`` with named counts (and the aggregates ``also``) observed while an
+    action runs over it.
 
     The observation also stops the optimizer from pushing a later filter into the
     parse, where it would inline ``from_json`` once per field it reads."""
     observation = Observation()
     metrics = [F.count_if(condition).alias(name) for name, condition in counts.items()]
-    return frame.observe(observation, *metrics), observation
+    return frame.observe(observation, *metrics, *also), observation
 
 
 class BronzeBatchWriter(BatchWriter):
@@ -75,12 +76,14 @@ class BronzeBatchWriter(BatchWriter):
         report = self.source_report(batch_id)
         parsed = parse_records(batch, registry.config, now)
         valid = F.col("reason").isNull()
-        observed, observation = counted(parsed, valid=valid, rejected=~valid)
+        written = F.collect_set(F.when(valid, F.col("source_partition"))).alias("partitions")
+        observed, observation = counted(parsed, written, valid=valid, rejected=~valid)
         wrote = self.append_once(
             bronze_rows(observed, registry.bronze.schema.fieldNames()),
             registry.bronze,
             batch_id,
             report.as_metadata(),
+            lambda: written_metadata(observation.get["partitions"]),
         )
         crash_point("bronze:bronze")
         if wrote:

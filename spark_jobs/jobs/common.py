@@ -35,6 +35,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs.arguments import BAD_INPUT, config_error_message, print_error, with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline, parse_duration
+from spark_jobs.delta_txn import Transaction
 from spark_jobs.sources.progress import SourceProgress
 from spark_jobs.sql import local_rows
 from spark_jobs.tables import (
@@ -228,7 +229,12 @@ class BatchWriter:
         return self.last_completed is not None and batch_id == self.last_completed + 1
 
     def append_once(
-        self, frame: DataFrame, table: TableRef, batch_id: int, metadata: dict[str, object] | None = None
+        self,
+        frame: DataFrame,
+        table: TableRef,
+        batch_id: int,
+        metadata: dict[str, object] | None = None,
+        written: Callable[[], dict[str, object]] | None = None,
     ) -> bool:
         """Append ``frame`` to ``table`` unless this stream's batch ``batch_id`` already
         landed there; True if it wrote. Not through a Delta transaction id: checking one
@@ -236,11 +242,14 @@ class BatchWriter:
         that follows one this writer completed appends at once; any other (a
         stream's first batch, maybe the replay of one that landed before a crash)
         first reads the log back for its label, which the commit carries in its
-        userMetadata beside ``metadata``."""
+        userMetadata beside ``metadata`` and ``written()``, entries known once the
+        files are written (what an observation of ``frame`` counted)."""
         if self.landed(table, batch_id):
             return False
-        label = batch_metadata(self.app_id, batch_id, metadata or {})
-        frame.write.format("delta").mode("append").option("userMetadata", label).save(table.path)
+        txn = Transaction(self.spark, table.path)
+        added = txn.write(frame)
+        entries = {**(metadata or {}), **(written() if written else {})}
+        txn.commit_append(added, batch_metadata(self.app_id, batch_id, entries))
         return True
 
     def landed(self, table: TableRef, batch_id: int) -> bool:

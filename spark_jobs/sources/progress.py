@@ -28,6 +28,8 @@ from datetime import UTC, datetime
 from spark_jobs.config import parse_duration
 
 METADATA_KEY = "source_partitions"
+# Beside it: the partitions whose records the commit holds (silver's backlog).
+WRITTEN_KEY = "partitions_written"
 # How far back from bronze's latest version to look for its last report (past a
 # few OPTIMIZE or maintenance commits).
 REPORT_LOOKBACK = 20
@@ -153,3 +155,20 @@ def lag_stall(
         f"bronze: Kafka lag of {sum(lag.values())} records on partitions {partitions}; the oldest "
         f"unread record reached Kafka at {datetime.fromtimestamp(oldest / 1000, UTC):%Y-%m-%d %H:%M:%S} UTC"
     )
+
+
+def written_metadata(partitions: Iterable[str]) -> dict[str, object]:
+    """The partitions whose records a bronze commit holds, as userMetadata entries."""
+    return {WRITTEN_KEY: sorted(partitions, key=partition_order)}
+
+
+def written_partitions(text: str | None) -> frozenset[str] | None:
+    """The partitions whose records a bronze commit holds, from its userMetadata;
+    None for a commit that does not say (written before bronze said, or by another writer)."""
+    if not text:
+        return None
+    try:
+        written = json.loads(text)[WRITTEN_KEY]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return frozenset(map(str, written)) if isinstance(written, list) else None

@@ -11,7 +11,11 @@ import yaml
 from pyspark.sql import functions as F
 
 from spark_jobs.cli import main as tidemark
+from spark_jobs.engine import clocks
+from spark_jobs.engine.clocks import backlog_beyond
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, send_to_kafka, write_landing
+from spark_jobs.sources.progress import written_partitions
+from spark_jobs.tables import commits, table_version
 from tests.integration.conftest import (
     assert_bronze_reconciles,
     delta_commits,
@@ -122,6 +126,35 @@ def test_a_replayed_micro_batch_writes_nothing_twice(spark, tmp_path):
     assert replay.batches == 1 and replay.rows_in > 0  # the batch really ran again
     assert delta_commits(registry.bronze.path) == versions  # and Delta skipped its writes
     assert_bronze_reconciles(spark, registry, manifest, generated)
+
+
+def test_each_commit_names_the_partitions_of_its_records_and_silver_reads_its_backlog_from_them(
+    spark, tmp_path, monkeypatch
+):
+    spec = FleetSpec(devices=6, partitions=3, seed=11, duration_ms=2 * 60_000, malformed_ratio=0.05)
+    pipeline, lakehouse, generated, manifest, _ = land(
+        tmp_path, spec=spec, per_file=5, max_files_per_trigger=1
+    )
+    assert run_here("bronze", pipeline, lakehouse).returncode == 0
+    registry = registry_for(pipeline, lakehouse)
+    assert_bronze_reconciles(spark, registry, manifest, generated)
+
+    feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 1)
+    in_feed: dict[int, set[str]] = {}
+    for row in feed.load(registry.bronze.path).select("_commit_version", "source_partition").collect():
+        in_feed.setdefault(row._commit_version, set()).add(row.source_partition)
+    latest = table_version(spark, registry.bronze.path)
+    labels = {
+        c.version: written_partitions(c.user_metadata)
+        for c in commits(spark, registry.bronze.path, 1, latest)
+    }
+    assert len(labels) > 3 and len({frozenset(p) for p in in_feed.values()}) > 1  # batches differ
+    assert labels == {version: frozenset(in_feed.get(version, ())) for version in labels}
+    # Read from the labels: the change feed is not touched.
+    monkeypatch.setattr(clocks, "change_feed", lambda *args, **kwargs: pytest.fail("read the change feed"))
+    for last in range(1, latest):
+        beyond = set().union(*(in_feed.get(version, set()) for version in range(last + 1, latest + 1)))
+        assert backlog_beyond(spark, registry, last, latest) == beyond
 
 
 def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing_files(spark, tmp_path):
