@@ -24,18 +24,33 @@ DataFrame writer cannot.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+    TimestampType,
+)
 
 from spark_jobs.sql import is_in_sql, quote_identifier
-from spark_jobs.tables import changed_by_others
+from spark_jobs.tables import changed_by_others, hadoop_file
 
 JavaObject = Any
 
@@ -80,9 +95,7 @@ class Transaction:
         the table says; nothing committed yet). Returns their ``AddFile`` actions."""
         # Typed as the table: an append through Delta's writer checks the schema, writeFiles does not.
         schema = self.schema
-        missing = set(frame.columns) - set(schema.fieldNames())
-        if missing:
-            raise MissingColumns(f"the table has no column {sorted(missing)}: write with its schema merged")
+        _require_fields(schema, frame.schema)
         typed = frame.select(
             *(F.col(quote_identifier(field.name)).cast(field.dataType).alias(field.name) for field in schema)
         )
@@ -91,6 +104,56 @@ class Transaction:
             for action in self._python_list(self._txn.writeFiles(typed._jdf))
             if action.getClass().getSimpleName() == "AddFile"
         ]
+
+    def write_rows(self, rows: Sequence[Sequence[object]], schema: StructType) -> list[JavaObject]:
+        """Write a few driver-side ``rows`` (values in ``schema``'s order) as new files of
+        the table, one per partition, from the driver: no Spark job (a Delta append of a
+        run-log row or a watermark step costs one, 0.3-0.4 s on 2 cores). Returns their
+        ``AddFile`` actions; nothing committed yet. The table's columns the rows lack are null."""
+        table = self.schema
+        _require_fields(table, schema)
+        partitions = list(self._python_list(self._txn.metadata().partitionColumns()))
+        named = [_named(row, schema) for row in rows]
+        groups: dict[tuple[str | None, ...], list[dict[str, object]]] = {}
+        for row in named:
+            groups.setdefault(tuple(_partition_text(row.get(column)) for column in partitions), []).append(
+                row
+            )
+        data = StructType([field for field in table.fields if field.name not in partitions])
+        return [
+            self._add_file(dict(zip(partitions, values, strict=True)), members, data)
+            for values, members in groups.items()
+        ]
+
+    def _add_file(
+        self, partition_values: dict[str, str | None], rows: list[dict[str, object]], data: StructType
+    ) -> JavaObject:
+        columns = {
+            field.name: [_arrow_value(row.get(field.name), field.dataType) for row in rows] for field in data
+        }
+        arrow = pa.table(
+            {name: pa.array(values, _arrow_type(data[name].dataType)) for name, values in columns.items()}
+        )
+        sink = pa.BufferOutputStream()
+        pq.write_table(arrow, sink, compression="snappy")
+        content = sink.getvalue().to_pybytes()
+        folder = "".join(f"{column}={value}/" for column, value in partition_values.items())
+        relative = f"{folder}part-00000-{uuid.uuid4()}.c000.snappy.parquet"
+        filesystem, path = hadoop_file(self.spark, self._log.dataPath().toString(), relative)
+        stream = filesystem.create(path, False)
+        try:
+            stream.write(bytearray(content))
+        finally:
+            stream.close()
+        add = {
+            "path": relative,
+            "partitionValues": partition_values,
+            "size": len(content),
+            "modificationTime": filesystem.getFileStatus(path).getModificationTime(),
+            "dataChange": True,
+            "stats": json.dumps(_statistics(columns, data), separators=(",", ":")),
+        }
+        return self._action({"add": add})
 
     def read_whole_table(self) -> None:
         """Declare the whole table read: any concurrent commit that changes data then
@@ -105,9 +168,25 @@ class Transaction:
         removed = (file.remove() for file in replaced)
         return self._commit_write("Overwrite", [*added, *removed], predicate, label)
 
-    def commit_append(self, added: Iterable[JavaObject], label: str) -> int:
-        """Commit ``added`` files as a WRITE (append) labelled ``label``; returns the version."""
-        return self._commit_write("Append", list(added), None, label)
+    def commit_append(
+        self, added: Iterable[JavaObject], label: str, txn: tuple[str, int] | None = None
+    ) -> int:
+        """Commit ``added`` files as a WRITE (append) labelled ``label``; returns the
+        version. ``txn`` (app id, version) is recorded as Delta's txnAppId/txnVersion
+        record it (see :meth:`has_committed`)."""
+        actions = list(added)
+        if txn is not None:
+            recorded = {"appId": txn[0], "version": txn[1], "lastUpdated": int(time.time() * 1000)}
+            actions.append(self._action({"txn": recorded}))
+        return self._commit_write("Append", actions, None, label)
+
+    def has_committed(self, app_id: str, version: int) -> bool:
+        """Whether the transaction id (``app_id``, ``version``) committed already. It
+        rebuilds the table's state: for rare writes."""
+        return self._txn.txnVersion(app_id) >= version
+
+    def _action(self, action: dict[str, object]) -> JavaObject:
+        return self._jvm.org.apache.spark.sql.delta.actions.Action.fromJson(json.dumps(action))
 
     def _commit_write(self, mode: str, actions: list[JavaObject], predicate: str | None, label: str) -> int:
         option = self._jvm.scala.Option
@@ -126,19 +205,17 @@ class Transaction:
         written, if the table exists."""
         if self.read_version >= 0:
             return False
-        metadata = self._jvm.org.apache.spark.sql.delta.actions.Action.fromJson(
-            json.dumps(
-                {
-                    "metaData": {
-                        "id": str(uuid.uuid4()),
-                        "format": {"provider": "parquet", "options": {}},
-                        "schemaString": schema.json(),
-                        "partitionColumns": list(partition_by),
-                        "configuration": properties,
-                        "createdTime": int(time.time() * 1000),
-                    }
+        metadata = self._action(
+            {
+                "metaData": {
+                    "id": str(uuid.uuid4()),
+                    "format": {"provider": "parquet", "options": {}},
+                    "schemaString": schema.json(),
+                    "partitionColumns": list(partition_by),
+                    "configuration": properties,
+                    "createdTime": int(time.time() * 1000),
                 }
-            )
+            }
         )
         self._txn.updateMetadataForNewTable(metadata)
         create = getattr(self._jvm.org.apache.spark.sql.delta, "DeltaOperations$CreateTable")(
@@ -194,6 +271,21 @@ class PartitionWriter:
         commit labelled ``label``; returns its version. Rows that ``rows_from`` moves
         to other partitions land there, beside the replaced ones. Delta's concurrency
         exceptions pass (the caller retries: a retry looks at the table afresh)."""
+        return self._replace(spark, lambda txn, files: txn.write(rows_from(txn.frame(files))), label)
+
+    def replace_rows(
+        self, spark: SparkSession, rows: Sequence[Sequence[object]], schema: StructType, label: str
+    ) -> int:
+        """Replace the partitions' rows with a few driver-side ``rows``
+        (:meth:`Transaction.write_rows`), in one commit labelled ``label``."""
+        return self._replace(spark, lambda txn, _: txn.write_rows(rows, schema), label)
+
+    def _replace(
+        self,
+        spark: SparkSession,
+        new_files: Callable[[Transaction, list[JavaObject]], list[JavaObject]],
+        label: str,
+    ) -> int:
         txn = Transaction(spark, self.path)
         txn.read_whole_table()
         kept, self.kept = self.kept, None
@@ -203,7 +295,7 @@ class PartitionWriter:
             files = txn.files_where(self.predicate)
         else:
             files = kept.files
-        added = txn.write(rows_from(txn.frame(files)))
+        added = new_files(txn, files)
         version = txn.commit_overwrite(added, files, self.predicate, label)
         mine = [file for file in added if partition_value(file, self.column) in self.values]
         self.kept = KnownFiles(version, mine)
@@ -221,3 +313,94 @@ def partition_writer(path: str, column: str, values: frozenset[str]) -> Partitio
 def forget_partition_writers() -> None:
     """Forget every file this process knows, as a new process starts."""
     _PARTITION_WRITERS.clear()
+
+
+def _partition_text(value: object) -> str | None:
+    """A partition value as Delta records it; only plain names, which need no escaping
+    in a path (Tidemark partitions by pipeline name, status and layer)."""
+    if value is None:
+        return None
+    text = str(value)
+    if not PLAIN_NAME.fullmatch(text):
+        raise ValueError(f"partition value {text!r} is not a plain name")
+    return text
+
+
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def _arrow_type(kind: DataType) -> pa.DataType:
+    """The Arrow type Spark reads back as ``kind`` (timestamps as UTC microseconds)."""
+    simple = {
+        StringType: pa.string(),
+        LongType: pa.int64(),
+        IntegerType: pa.int32(),
+        DoubleType: pa.float64(),
+        BooleanType: pa.bool_(),
+        TimestampType: pa.timestamp("us", tz="UTC"),
+    }
+    if type(kind) in simple:
+        return simple[type(kind)]
+    if isinstance(kind, ArrayType):
+        return pa.list_(_arrow_type(kind.elementType))
+    if isinstance(kind, StructType):
+        return pa.struct([pa.field(field.name, _arrow_type(field.dataType)) for field in kind.fields])
+    if isinstance(kind, MapType):
+        return pa.map_(_arrow_type(kind.keyType), _arrow_type(kind.valueType))
+    raise TypeError(f"no driver-side writing of {kind.simpleString()}")
+
+
+def _require_fields(table: DataType, rows: DataType, path: str = "") -> None:
+    """Raise :class:`MissingColumns` if ``rows`` has a field, at any depth, that ``table`` lacks."""
+    if isinstance(table, StructType) and isinstance(rows, StructType):
+        for field in rows.fields:
+            if field.name not in table.fieldNames():
+                raise MissingColumns(
+                    f"the table has no column {path}{field.name}: write with its schema merged"
+                )
+            _require_fields(table[field.name].dataType, field.dataType, f"{path}{field.name}.")
+    elif isinstance(table, ArrayType) and isinstance(rows, ArrayType):
+        _require_fields(table.elementType, rows.elementType, path)
+
+
+def _named(value: object, kind: DataType) -> object:
+    """A driver-side value with every struct, at any depth, as a dict by ``kind``'s
+    field names (a struct may come as a tuple in ``kind``'s field order)."""
+    if value is None:
+        return None
+    if isinstance(kind, ArrayType):
+        return [_named(item, kind.elementType) for item in value]
+    if isinstance(kind, StructType):
+        items = value.items() if isinstance(value, dict) else zip(kind.fieldNames(), value, strict=True)
+        return {name: _named(item, kind[name].dataType) for name, item in items}
+    return value
+
+
+def _arrow_value(value: object, kind: DataType) -> object:
+    """A named value (see :func:`_named`) as Arrow takes it for the table's ``kind``: a
+    naive datetime is local time, as in ``sql.local_rows`` and ``createDataFrame``; a
+    struct field the value lacks is null."""
+    if value is None:
+        return None
+    if isinstance(kind, TimestampType):
+        return value.astimezone(UTC)
+    if isinstance(kind, ArrayType):
+        return [_arrow_value(item, kind.elementType) for item in value]
+    if isinstance(kind, StructType):
+        return {name: _arrow_value(value.get(name), kind[name].dataType) for name in kind.fieldNames()}
+    return value
+
+
+def _statistics(columns: dict[str, list[object]], data: StructType) -> dict[str, object]:
+    """Delta's file statistics, for the columns readers skip files by: record and null
+    counts of every flat column, bounds of the integer ones (a bound left out only
+    means no file is skipped by it)."""
+    flat = [field for field in data if not isinstance(field.dataType, ArrayType | StructType | MapType)]
+    bounded = [field.name for field in flat if isinstance(field.dataType, LongType | IntegerType)]
+    present = {name: [value for value in columns[name] if value is not None] for name in bounded}
+    return {
+        "numRecords": len(next(iter(columns.values()), [])),
+        "minValues": {name: min(values) for name, values in present.items() if values},
+        "maxValues": {name: max(values) for name, values in present.items() if values},
+        "nullCount": {field.name: sum(value is None for value in columns[field.name]) for field in flat},
+    }

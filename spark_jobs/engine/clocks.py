@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from delta.tables import DeltaTable
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.delta_txn import MissingColumns, partition_writer
+from spark_jobs.delta_txn import MissingColumns, Transaction, partition_writer
 from spark_jobs.engine.judging import Summary
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.eventtime.clock_log import ClockState, clock_entry, clock_state, snapshot_version
@@ -258,19 +258,27 @@ def append_history(
     txn: tuple[str, int] | None,
 ) -> None:
     """Append ``rows`` to ``ops.watermark_history``, labelled ``label`` (userMetadata),
-    once under ``txn`` (app id, version) if given. The schema merges: a history table
-    written before ``partition_clocks`` existed gains the column with its first step."""
+    once under ``txn`` (app id, version) if given: a few rows, written from the driver
+    (:meth:`~spark_jobs.delta_txn.Transaction.write_rows`, no Spark job). A history
+    table written before ``partition_clocks`` existed gains the column with its first
+    step, through Spark's writer with the schema merged."""
     table = registry.ops["watermark_history"]
-    writer = (
-        local_rows(spark, rows, table.schema)
-        .write.format("delta")
-        .mode("append")
-        .option("mergeSchema", "true")
-        .option("userMetadata", label)
-    )
-    if txn is not None:
-        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
-    writer.save(table.path)
+    written = Transaction(spark, table.path)
+    if txn is not None and written.has_committed(*txn):
+        return
+    try:
+        written.commit_append(written.write_rows(rows, table.schema), label, txn)
+    except MissingColumns:
+        writer = (
+            local_rows(spark, rows, table.schema)
+            .write.format("delta")
+            .mode("append")
+            .option("mergeSchema", "true")
+            .option("userMetadata", label)
+        )
+        if txn is not None:
+            writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+        writer.save(table.path)
 
 
 def write_history(
@@ -305,12 +313,11 @@ def append_batch_history(
 
 
 def partition_clock_rows(
-    spark: SparkSession, registry: TableRegistry, tracker: WatermarkTracker, last_version: int, now: datetime
-) -> DataFrame | None:
-    """The pipeline's ``ops.watermarks`` rows: one per partition the tracker knows
-    (None when it knows none), stamped with the last judged version."""
-    table = registry.ops["watermarks"]
-    rows = [
+    registry: TableRegistry, tracker: WatermarkTracker, last_version: int, now: datetime
+) -> list[tuple]:
+    """The pipeline's ``ops.watermarks`` rows: one per partition the tracker knows,
+    stamped with the last judged version."""
+    return [
         (
             registry.config.name,
             str(snapshot.partition),
@@ -325,7 +332,6 @@ def partition_clock_rows(
         )
         for snapshot in tracker.snapshots()
     ]
-    return local_rows(spark, rows, table.schema) if rows else None
 
 
 def write_partition_clocks(
@@ -348,18 +354,22 @@ def write_partition_clocks(
     under ``txn`` (app id, version), never over a row of a later judged version, so
     a step planned before a silver batch committed leaves the snapshot no further
     behind than it was."""
-    rows = partition_clock_rows(spark, registry, tracker, last_version, now)
-    if rows is None:
+    rows = partition_clock_rows(registry, tracker, last_version, now)
+    if not rows:
         return
-    path = registry.ops["watermarks"].path
+    table = registry.ops["watermarks"]
+    path = table.path
     name = registry.config.name
 
     def replace() -> None:
         try:
-            partition_writer(path, "pipeline", frozenset({name})).overwrite(spark, lambda _: rows, txn[0])
+            partition_writer(path, "pipeline", frozenset({name})).replace_rows(
+                spark, rows, table.schema, txn[0]
+            )
         except MissingColumns:  # a table written before generator_state: it gains the column
             (
-                rows.write.format("delta")
+                local_rows(spark, rows, table.schema)
+                .write.format("delta")
                 .mode("overwrite")
                 .option("mergeSchema", "true")
                 .option("replaceWhere", f"pipeline = {string_literal(name)}")
@@ -372,7 +382,7 @@ def write_partition_clocks(
         with delta_txn(spark, *txn):
             (
                 target.merge(
-                    rows.alias("s"),
+                    local_rows(spark, rows, table.schema).alias("s"),
                     (F.col("t.pipeline") == F.lit(name))
                     & (F.col("t.pipeline") == F.col("s.pipeline"))
                     & (F.col("t.source_partition") == F.col("s.source_partition")),

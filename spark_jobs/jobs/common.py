@@ -37,7 +37,6 @@ from spark_jobs.arguments import BAD_INPUT, config_error_message, print_error, w
 from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline, parse_duration
 from spark_jobs.delta_txn import Transaction
 from spark_jobs.sources.progress import SourceProgress
-from spark_jobs.sql import local_rows
 from spark_jobs.tables import (
     TableRef,
     TableRegistry,
@@ -341,16 +340,16 @@ class RunLog:
             message,
         )
         table = self.registry.ops["runs"]
-        # A session of its own: the running row is appended while the job's first
-        # micro-batch may hold Delta txn settings on the job's session, which would
-        # make this append part of that transaction id (and skip it on a replay).
-        session = self.spark.newSession()
-        local_rows(session, [row], table.schema).write.format("delta").mode("append").save(table.path)
+        # Written from the driver, without a Spark job, and through no session
+        # setting: the running row is appended while the job's first micro-batch may
+        # hold Delta txn settings on the job's session.
+        txn = Transaction(self.spark, table.path)
+        txn.commit_append(txn.write_rows([row], table.schema), f"tidemark-run:{self.run_id}:{status}")
 
     def started(self) -> None:
         """Append the ``running`` row beside the job's start-up (a Delta commit costs
-        about a second on 2 cores): :meth:`ended` waits for it, so the final row
-        always follows it."""
+        a few tenths of a second on 2 cores): :meth:`ended` waits for it, so the final
+        row always follows it."""
         self._starting = threading.Thread(
             target=self._append,
             args=("running", RunTotals(), None, None),

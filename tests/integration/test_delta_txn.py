@@ -4,6 +4,8 @@ outcome is checked against what Delta's own APIs say of the table."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
@@ -12,7 +14,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.delta_txn import PartitionWriter, Transaction
 from spark_jobs.jobs.common import CONFLICTS
-from spark_jobs.tables import TableRef, create_if_missing
+from spark_jobs.sql import local_rows
+from spark_jobs.tables import TableRef, create_if_missing, ops_tables
 
 pytestmark = pytest.mark.spark
 
@@ -179,3 +182,95 @@ def test_creating_a_table_that_exists_writes_nothing(spark, table):
 
     assert not create_if_missing(spark, TableRef("test", "t", table, SCHEMA, ("status",)))
     assert DeltaTable.forPath(spark, table).history().count() == before
+
+
+def ops_rows(registry_root: str) -> dict[str, tuple[TableRef, list[tuple]]]:
+    """Rows of three ops tables as the jobs write them: nulls, aware and naive times,
+    an array of structs."""
+    tables = {table.name: table for table in ops_tables(registry_root)}
+    aware, naive = datetime(2026, 1, 2, 3, 4, 5, 678_901, tzinfo=UTC), datetime(2026, 1, 2, 3, 4, 5)
+    clocks = [
+        {
+            "source_partition": "0",
+            "max_event_ms": 5,
+            "partition_watermark": -(2**63),
+            "last_data_ms": None,
+            "is_idle": False,
+            "is_aligned": True,
+            "generator_state": '{"s": 1}',
+        }
+    ]
+    return {
+        "watermark_history": (
+            tables["watermark_history"],
+            [("p1", 3, -(2**63), 1, 0, 2, 0, aware, None), ("p1", 4, 50, 1, 0, 0, 1, naive, clocks)],
+        ),
+        "runs": (
+            tables["runs"],
+            [
+                ("r1", "silver", "p1", "running", 0, 0, 0, 0, 0, aware, None, None, None),
+                ("r1", "silver", "p2", "failed", 2, 10, 8, 1, 1, aware, naive, 1_000, "boom: 'quoted' \n"),
+            ],
+        ),
+        "watermarks": (
+            tables["watermarks"],
+            [("p1", "0", aware, 50, False, True, None, 4, naive, None)],
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["watermark_history", "runs", "watermarks"])
+def test_rows_written_from_the_driver_read_back_as_the_rows_spark_writes(spark, tmp_path, name):
+    ours, rows = ops_rows(str(tmp_path / "ours"))[name]
+    theirs, _ = ops_rows(str(tmp_path / "theirs"))[name]
+    for table in (ours, theirs):
+        create_if_missing(spark, table)
+    local_rows(spark, rows, theirs.schema).write.format("delta").mode("append").save(theirs.path)
+
+    txn = Transaction(spark, ours.path)
+    txn.commit_append(txn.write_rows(rows, ours.schema), "ours")
+
+    def read(table: TableRef) -> list:
+        return sorted(spark.read.format("delta").load(table.path).collect(), key=repr)
+
+    assert read(ours) == read(theirs)
+    # A file per partition.
+    column = ours.schema.fieldNames().index(ours.partition_by[0])
+    assert DeltaTable.forPath(spark, ours.path).detail().first().numFiles == len(
+        {row[column] for row in rows}
+    )
+
+
+def test_a_driver_written_file_is_skipped_by_its_statistics(spark, tmp_path):
+    history, _ = ops_rows(str(tmp_path))["watermark_history"]
+    create_if_missing(spark, history)
+    for batch in (3, 7):
+        txn = Transaction(spark, history.path)
+        row = ("p1", batch, 50, 1, 0, 0, 0, datetime(2026, 1, 1, tzinfo=UTC), None)
+        txn.commit_append(txn.write_rows([row], history.schema), f"step {batch}")
+
+    assert files_read(spark.read.format("delta").load(history.path).where("batch_id >= 5")) == 1
+    assert files_read(spark.read.format("delta").load(history.path).where("batch_id >= 2")) == 2
+
+
+def files_read(frame: DataFrame) -> int:
+    """How many data files a query over ``frame`` read, once it has run."""
+    frame.collect()
+    leaves = frame._jdf.queryExecution().executedPlan().collectLeaves().iterator()
+    read = 0
+    while leaves.hasNext():
+        metrics = leaves.next().metrics()
+        if metrics.contains("numFiles"):
+            read += metrics.get("numFiles").get().value()
+    return read
+
+
+def test_an_append_under_a_transaction_id_is_recorded_and_seen_as_committed(spark, tmp_path):
+    history, rows = ops_rows(str(tmp_path))["watermark_history"]
+    create_if_missing(spark, history)
+    txn = Transaction(spark, history.path)
+    assert not txn.has_committed("step", 4)
+    txn.commit_append(txn.write_rows(rows[:1], history.schema), "step", ("step", 4))
+
+    again = Transaction(spark, history.path)
+    assert again.has_committed("step", 4) and not again.has_committed("step", 5)
