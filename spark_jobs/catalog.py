@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.sql import quote_identifier, string_literal
-from spark_jobs.tables import LAYERS, TableRef, TableRegistry, hadoop_file, join
+from spark_jobs.tables import LAYERS, TableRef, TableRegistry, hadoop_file, has_commits, join
 
 
 class Located(Protocol):
@@ -86,11 +86,9 @@ def register_statement(table: Located) -> str:
 
 
 def register_tables(spark: SparkSession, tables: Sequence[Located]) -> list[str]:
-    """Register the tables whose Delta log exists and that the catalog lacks;
+    """Register the tables whose Delta log holds a commit and that the catalog lacks;
     returns their names (``layer.table``). A table created later is picked up by a
     later call."""
-    from delta.tables import DeltaTable
-
     for layer in LAYERS:
         # Asking first: the Hive metastore logs an error for every existing schema created again.
         if not spark.catalog.databaseExists(layer):
@@ -98,7 +96,7 @@ def register_tables(spark: SparkSession, tables: Sequence[Located]) -> list[str]
     registered = []
     for table in tables:
         known = spark.catalog.tableExists(table.name, table.layer)
-        if known or not DeltaTable.isDeltaTable(spark, table.path):
+        if known or not has_commits(spark, table.path):
             continue
         spark.sql(register_statement(table))
         registered.append(f"{table.layer}.{table.name}")

@@ -453,7 +453,10 @@ class TableRegistry:
 def has_commits(spark: SparkSession, path: str) -> bool:
     """Whether the table's log holds a commit or a checkpoint, without loading a
     snapshot. Only a log whose first commit was cleaned up and that has no
-    ``_last_checkpoint`` is looked at the slow way."""
+    ``_last_checkpoint`` is looked at the slow way, through an updated snapshot:
+    Delta's ``isDeltaTable`` trusts a cached log, and one cached while another
+    process was creating the table (its log folder made, its first commit not yet
+    written) says "no table" until something updates it."""
     filesystem, log = hadoop_file(spark, path, "_delta_log")
     hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
     if not filesystem.exists(log):
@@ -462,9 +465,7 @@ def has_commits(spark: SparkSession, path: str) -> bool:
         hadoop_path(log, "_last_checkpoint")
     ):
         return True
-    from delta.tables import DeltaTable
-
-    return DeltaTable.isDeltaTable(spark, path)
+    return table_version(spark, path) >= 0
 
 
 @contextmanager

@@ -4,6 +4,7 @@ streaming job commits to the same tables."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from spark_jobs.catalog import FoundTable, lakehouse_tables
+from spark_jobs.catalog import FoundTable, lakehouse_tables, register_tables
 from spark_jobs.config import load_pipeline
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, write_landing
 from spark_jobs.jobs.replay import replay
@@ -159,6 +160,28 @@ def test_the_catalog_finds_each_delta_table_in_a_layer_folder_and_nothing_else(s
         FoundTable("gold", "my-rollup", f"{tmp_path}/gold/my-rollup"),
         FoundTable("silver", "mine", f"{tmp_path}/silver/mine"),
     ]
+
+
+def test_a_table_another_process_was_creating_when_a_refresh_looked_is_registered_by_the_next(
+    spark, tmp_path
+):
+    """The server's refresh can look at a table between its log folder's creation and
+    its first commit (another process is creating it); the next refresh registers it."""
+    written = tmp_path / "written"
+    spark.range(3).write.format("delta").save(str(written))
+    arriving = FoundTable("silver", "arriving_later", str(tmp_path / "silver" / "arriving_later"))
+    log = Path(arriving.path, "_delta_log")
+    log.mkdir(parents=True)
+    try:
+        assert register_tables(spark, [arriving]) == []
+        # The other process's first commit lands: its files, then its log entry.
+        for data in written.glob("*.parquet"):
+            shutil.copy(data, arriving.path)
+        shutil.copy(written / "_delta_log" / "00000000000000000000.json", log)
+        assert register_tables(spark, [arriving]) == ["silver.arriving_later"]
+        assert spark.table("silver.arriving_later").count() == 3
+    finally:
+        spark.sql("DROP TABLE IF EXISTS silver.arriving_later")
 
 
 def test_maintenance_compacts_the_tables_the_server_names(spark, served):
