@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,8 +13,20 @@ from tidemark_airflow.standalone import PID_FILE, processes_of, stop
 
 
 def sleeper(**extra_env: str) -> subprocess.Popen:
+    """A process in a session of its own, returned once it runs. Popen returns as soon as
+    exec has begun, and until the kernel has laid out the new program's stack its
+    /proc/<pid>/environ reads empty, so a bare ``sleep`` could be missed by a lookup
+    made right after."""
     env = {**os.environ, **extra_env}
-    return subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('running', flush=True); time.sleep(300)"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout.readline() == "running\n"
+    return process
 
 
 def reaped(process: subprocess.Popen) -> bool:
