@@ -14,6 +14,9 @@ import pytest
 
 from spark_jobs.session import INTERPRETED_EXPRESSIONS, JVM_PROFILE_VARIABLE, base_conf
 
+# Inert unless $TIDEMARK_CPU_REPORT names where to write (see the module).
+pytest_plugins = ["tests.tools.cpu_accounting"]
+
 REPO = Path(__file__).resolve().parents[1]
 os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="tidemark-airflow-home-")
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
