@@ -57,6 +57,7 @@ def test_stop_kills_the_group_and_the_tasks_that_left_it(tmp_path):
         for process in (standalone, escaped_task, stranger):
             process.kill()
             process.wait()
+            process.stdout.close()
 
 
 def test_stop_does_not_wait_out_its_grace_for_a_group_left_with_a_zombie(tmp_path):
