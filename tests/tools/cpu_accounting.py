@@ -129,7 +129,8 @@ def summary(rows: Iterable[Mapping], top: int = 30) -> str:
 def main(argv: list[str]) -> int:
     [prefix] = argv
     folder, stem = Path(prefix).parent, Path(prefix).name
-    rows = [json.loads(line) for path in sorted(folder.glob(f"{stem}.*.jsonl")) for line in path.open()]
+    reports = sorted(folder.glob(f"{stem}.*.jsonl"))
+    rows = [json.loads(line) for path in reports for line in path.read_text().splitlines()]
     print(summary(rows))
     return 0
 
