@@ -5,13 +5,16 @@ Input (from a source reader): ``raw`` (the record's text), ``source_partition``
 column), ``source_file``, ``source_offset``, ``ingest_time`` and, for CSV,
 ``header`` (the file's first line).
 
-Every payload field is first read as text, then converted with ``try_cast``:
-a value that is present but does not convert is a wrong type, not a null.
+A payload field's value is what ``try_cast`` makes of its text: a value that is
+present but does not convert is a wrong type, not a null. Most JSON records are
+read once at the schema's types (as a Spark user's JSON source reads them); the
+rest are read again with every field as text, and both ways give one answer.
 One record gets one reason, the first that applies in :data:`REASONS` order.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
 
@@ -43,9 +46,57 @@ def _text_schema(config: PipelineConfig) -> str:
     return ", ".join(f"{quote_identifier(name)} STRING" for name in (*config.schema, CORRUPT))
 
 
-def _with_fields_as_text(raw: DataFrame, config: PipelineConfig) -> DataFrame:
-    """``raw`` with ``text``: the record's fields as text, or null unless the record is
-    one JSON object (one CSV row) and nothing else."""
+# Kinds whose JSON conversion gives what ``try_cast`` of the field's text gives, once
+# the value converted and (a double) is finite. A timestamp or date converts by
+# Spark's JSON options, not by the cast; a float may round twice (through a double)
+# on one path and once on the other: those, and the event-time column, stay text.
+JSON_TYPED_KINDS = ("int", "long", "double", "boolean")
+
+
+def _json_typed_fields(config: PipelineConfig) -> dict[str, str]:
+    """The fields the fast path reads at their own type, with their kinds."""
+    stamp = config.event_time.column
+    return {name: kind for name, kind in config.schema.items() if kind in JSON_TYPED_KINDS and name != stamp}
+
+
+def _fast_schema(config: PipelineConfig) -> str:
+    typed = _json_typed_fields(config)
+    return ", ".join(
+        f"{quote_identifier(name)} {typed.get(name, 'string').upper()}" for name in (*config.schema, CORRUPT)
+    )
+
+
+def _one_value(line: Column, values_in_brackets: Column) -> Column:
+    """The line is one JSON value and nothing else: it is the only element of an array
+    made by bracketing it. A line may close that array early (``{...}] ...``), which is
+    caught by reading it as an object's member too (only lines with a ``]``)."""
+    as_member = F.from_json(F.concat(F.lit('{"r":'), line, F.lit("}")), "r STRUCT<>").getField("r")
+    return (values_in_brackets == 1) & (~line.contains("]") | as_member.isNotNull())
+
+
+def _surely_one_object(line: Column) -> Column:
+    """A byte scan that holds only for a line that, if it parses as an object, is that
+    object and nothing else: it begins with ``{`` and its only ``}`` is its last
+    character (an object ends at a ``}`` outside its strings). Lines it does not
+    hold for (nested objects, a ``}`` in a string) take the bracketed reads.
+
+    The scan is over the line's bytes (no UTF-8 byte of another character is a
+    ``}``): ``instr`` and ``length`` count characters, and cost a fifth of the parse."""
+    before_last = F.substring(line.cast("binary"), 1, F.octet_length(line) - 1)
+    return line.startswith("{") & line.endswith("}") & ~before_last.contains(F.lit(bytearray(b"}")))
+
+
+def _with_parsed_fields(raw: DataFrame, config: PipelineConfig) -> DataFrame:
+    """``raw`` with ``fast``, ``typed`` and ``text``.
+
+    ``fast`` marks a JSON line that is one object whose typed fields all converted:
+    ``typed`` holds its fields (the kinds of :func:`_json_typed_fields` at their type,
+    the rest as text) in one typed parse, the one a Spark user's JSON source does.
+    Every other record is read again, all fields as text (``text``: null unless the
+    record is one JSON object, or one CSV row, and nothing else), so that what does
+    not convert is named (``wrong_type``) rather than nulled. Both paths give a
+    record the same values and the same verdict; the fast one skips the second parse
+    and the per-field casts for the records that need neither."""
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     line = F.col("raw")
     if config.source.format == "csv":
@@ -61,19 +112,34 @@ def _with_fields_as_text(raw: DataFrame, config: PipelineConfig) -> DataFrame:
         first = F.col("text").getField(first_field)
         restored = F.concat(F.lit(BYTE_ORDER_MARK), first.substr(F.lit(2), F.length(first)))
         text = F.when(marked, F.col("text").withField(first_field, restored)).otherwise(F.col("text"))
-        return parsed.withColumn("text", text)
+        no_typed_parse = F.lit(None).cast(f"STRUCT<{_fast_schema(config)}>")
+        return parsed.withColumns({"text": text, "fast": F.lit(False), "typed": no_typed_parse})
     # Spark's JSON parser stops after the first value and ignores the rest of the line,
-    # so `{...}{...}` would land its first record and silently drop the second. As the
-    # only element of an array, anything after the object is a syntax error or a second
-    # element; an array closed early by the line itself (`{...}] ...`) is caught by
-    # reading the line as an object's member as well (only lines with a `]`). One parse
-    # into the array costs a fifth more than a plain one; a separate check, half.
-    array_schema = f"ARRAY<STRUCT<{_text_schema(config)}>>"
-    elements = F.from_json(F.concat(F.lit("["), line, F.lit("]")), array_schema, options)
-    as_member = F.from_json(F.concat(F.lit('{"r":'), line, F.lit("}")), "r STRUCT<>").getField("r")
-    alone = (F.size("elements") == 1) & (~line.contains("]") | as_member.isNotNull())
-    # Its own column, so the array is parsed once however often it is referred to.
-    return raw.withColumn("elements", elements).withColumn("text", F.when(alone, F.col("elements")[0]))
+    # so `{...}{...}` would land its first record and silently drop the second: hence
+    # the bracketed reads. Inside an array a value that does not convert is nulled
+    # without a trace, so the typed parse reads the line alone, where it is flagged in
+    # the corrupt column, and a byte scan checks the rest: counting the bracketed
+    # values would tokenize every line a second time and cost what the typed parse saves.
+    bracketed = F.concat(F.lit("["), line, F.lit("]"))
+    typed = F.col("typed")
+    # JSON reads a number beyond the type's range as infinite; its text does not cast.
+    finite = [
+        ~typed.getField(name).isin(float("inf"), float("-inf"))
+        for name, kind in _json_typed_fields(config).items()
+        if kind == "double"
+    ]
+    fast = F.coalesce(
+        _all([_surely_one_object(line), typed.getField(CORRUPT).isNull(), *finite]), F.lit(False)
+    )
+    elements = F.from_json(bracketed, f"ARRAY<STRUCT<{_text_schema(config)}>>", options)
+    # Each its own column, so a parse runs once however often it is referred to, and
+    # the text parse only for the records the fast path did not take.
+    return (
+        raw.withColumn("typed", F.from_json(line, _fast_schema(config), options))
+        .withColumn("fast", fast)
+        .withColumn("elements", F.when(~F.col("fast"), elements))
+        .withColumn("text", F.when(_one_value(line, F.size("elements")), F.col("elements")[0]))
+    )
 
 
 def _first(conditions: list[tuple[Column, Column]]) -> Column:
@@ -88,53 +154,80 @@ def _any(conditions: list[Column]) -> Column:
     return reduce(lambda left, right: left | right, conditions)
 
 
-def _is_marker(config: PipelineConfig) -> Column:
-    marker = config.watermark.marker_column
-    return F.col("text").getField(marker).isNotNull() if marker else F.lit(False)
+def _all(conditions: list[Column]) -> Column:
+    return reduce(lambda left, right: left & right, conditions)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One payload field as the record carries it, from whichever path read it."""
+
+    present: Column  # the record has a non-null value for it
+    value: Column  # at the schema's type; null when absent or when it does not convert
+    shown: Column  # its text, for details
+
+
+def _fields(config: PipelineConfig) -> dict[str, Field]:
+    fast = F.col("fast")
+    json_typed = _json_typed_fields(config)
+    fields = {}
+    for name, kind in config.schema.items():
+        read_typed, read_as_text = F.col("typed").getField(name), F.col("text").getField(name)
+        if name in json_typed:
+            fields[name] = Field(
+                present=F.when(fast, read_typed.isNotNull()).otherwise(read_as_text.isNotNull()),
+                value=F.when(fast, read_typed).otherwise(read_as_text.try_cast(kind)),
+                shown=read_as_text,  # a detail names a value only for records the fast path left
+            )
+        else:
+            text = F.when(fast, read_typed).otherwise(read_as_text)
+            fields[name] = Field(text.isNotNull(), text if kind == "string" else text.try_cast(kind), text)
+    return fields
 
 
 def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datetime) -> DataFrame:
     """Add the typed payload, the bronze columns, and ``reason``/``detail`` (null when valid)."""
-    text = {name: F.col("text").getField(name) for name in config.schema}
-    typed = {
-        name: value if config.schema[name] == "string" else value.try_cast(config.schema[name])
-        for name, value in text.items()
-    }
+    fields = _fields(config)
+    typed = {name: field.value for name, field in fields.items()}
     stamp = config.event_time
-    millis = event_time_millis(text[stamp.column], stamp)
+    stamp_text = fields[stamp.column].shown
+    # Its own column: each check that reads it would convert the text again.
+    millis = F.col("millis")
     horizon = F.lit(int(processing_time.timestamp() * 1000) + stamp.max_future_skew_ms)
-    is_data = ~_is_marker(config)
-    corrupt = F.col("text").isNull() | F.col("text").getField(CORRUPT).isNotNull()
+    marker = config.watermark.marker_column
+    is_data = ~fields[marker].present if marker else F.lit(True)
+    slow = ~F.col("fast")
+    corrupt = slow & (F.col("text").isNull() | F.col("text").getField(CORRUPT).isNotNull())
 
     wrong_types = [
         (
-            text[name].isNotNull() & typed[name].isNull(),
-            F.format_string(f"{name}: %s is not a {kind}", text[name]),
+            fields[name].present & typed[name].isNull(),
+            F.format_string(f"{name}: %s is not a {kind}", fields[name].shown),
         )
         for name, kind in config.schema.items()
         if kind != "string"
     ]
-    missing_keys = [(text[name].isNull(), F.lit(f"{name} is missing")) for name in config.key]
+    missing_keys = [(~fields[name].present, F.lit(f"{name} is missing")) for name in config.key]
     partition = config.partition_column
     checks: list[tuple[str, Column, Column]] = [
-        ("empty_record", F.col("raw").isNull() | (F.trim(F.col("raw")) == ""), F.lit("no content")),
+        ("empty_record", slow & (F.col("raw").isNull() | (F.trim(F.col("raw")) == "")), F.lit("no content")),
         ("malformed_record", corrupt, F.lit(f"not a valid {config.source.format.upper()} record")),
         ("missing_key", is_data & _any([c for c, _ in missing_keys]), _first(missing_keys)),
-        ("missing_timestamp", text[stamp.column].isNull(), F.lit(f"{stamp.column} is missing")),
+        ("missing_timestamp", ~fields[stamp.column].present, F.lit(f"{stamp.column} is missing")),
         (
             "unparseable_timestamp",
             millis.isNull(),
-            F.format_string(f"{stamp.column}: %s is not {stamp.format}", text[stamp.column]),
+            F.format_string(f"{stamp.column}: %s is not {stamp.format}", stamp_text),
         ),
         (
             "timestamp_out_of_range",
             ~in_timestamp_range(millis),
-            F.format_string(f"{stamp.column}: %s is outside years 1-9999", text[stamp.column]),
+            F.format_string(f"{stamp.column}: %s is outside years 1-9999", stamp_text),
         ),
         (
             "future_timestamp",
             is_data & (millis > horizon),
-            F.format_string(f"{stamp.column}: %s is beyond the allowed future skew", text[stamp.column]),
+            F.format_string(f"{stamp.column}: %s is beyond the allowed future skew", stamp_text),
         ),
     ]
     if config.source.format == "csv":
@@ -151,13 +244,14 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
     if wrong_types:
         checks.append(("wrong_type", _any([c for c, _ in wrong_types]), _first(wrong_types)))
     if partition is not None and config.source.kind == "files":
-        checks.append(("missing_partition", text[partition].isNull(), F.lit(f"{partition} is missing")))
+        checks.append(("missing_partition", ~fields[partition].present, F.lit(f"{partition} is missing")))
 
     origin = F.coalesce(F.substring_index(F.col("source_file"), "/", -1), F.lit(config.source.topic or ""))
     source_partition = F.coalesce(
         F.col("source_partition"), typed[partition].cast("string") if partition else F.lit(None)
     )
-    return _with_fields_as_text(raw, config).select(
+    parsed = _with_parsed_fields(raw, config).withColumn("millis", event_time_millis(stamp_text, stamp))
+    return parsed.select(
         *[typed[name].alias(name) for name in config.schema],
         F.col("raw"),
         # readable and unique by construction: file:line, or topic:partition:offset

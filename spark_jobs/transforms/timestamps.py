@@ -56,7 +56,11 @@ def event_time_millis(raw: Column, event_time: EventTimeConfig) -> Column:
         # fraction over a millisecond (1.2349996 s is 1234 ms, not 1235).
         number = raw.try_cast("decimal(38,9)")
         scale = EPOCH_SCALE[event_time.format]
-        return F.floor(number if scale == 1 else F.try_multiply(number, F.lit(scale)))
+        exact = F.floor(number if scale == 1 else F.try_multiply(number, F.lit(scale)))
+        # A whole number (the usual case) converts as a long, several times cheaper;
+        # where both convert they agree, and anything else takes the decimal.
+        whole = raw.try_cast("bigint")
+        return F.coalesce(whole if scale == 1 else F.try_multiply(whole, F.lit(scale)), exact)
     if event_time.format == "iso8601":
         return F.unix_millis(_iso8601(raw, event_time.timezone))
     parsed = F.try_to_timestamp(raw, F.lit(event_time.format))

@@ -137,6 +137,30 @@ def test_a_value_is_judged_by_its_text(spark, line, reason, battery):
     assert (row.reason, repr(row.battery)) == (reason, repr(battery))  # repr: NaN equals NaN
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        record(device_id="d}1"),  # a brace inside a string: not the object's last character
+        record(region="nörth}"),
+        record(device_id={"nested": 1}),  # an object value: its text, as a string field reads it
+        record(battery="Infinity"),  # read as infinite at the type, so read again as text
+    ],
+)
+def test_a_line_the_byte_scan_does_not_vouch_for_is_read_as_text_with_the_same_answer(spark, line):
+    """A line whose only ``}`` is not its last character, or whose typed read gave
+    an infinity, is parsed again as text; its values must be those of its text."""
+    [row] = parse(spark, [line])
+    payload = json.loads(line)
+    expected_device = payload["device_id"] if isinstance(payload["device_id"], str) else '{"nested":1}'
+    assert (row.reason, row.device_id, row.region) == (None, expected_device, payload["region"])
+    assert row.battery == float(payload["battery"])
+
+
+def test_a_record_with_multibyte_characters_is_read_at_its_types(spark):
+    [row] = parse(spark, [record(region="süd-øst", device_id="车辆-7", battery=12)])
+    assert (row.reason, row.region, row.device_id, row.battery) == (None, "süd-øst", "车辆-7", 12.0)
+
+
 def test_one_json_object_with_brackets_in_its_values_is_valid(spark):
     [row] = parse(spark, [record(region="[north]", device_id="]{x}[")])
     assert (row.reason, row.region, row.device_id) == (None, "[north]", "]{x}[")
@@ -193,6 +217,10 @@ def text_ts_config(fmt: str, timezone: str = "UTC", kind: str = "string"):
         ("epoch_seconds", "-0.000000228", -1),
         ("epoch_millis", "1767225600000.9999999", T0),
         ("epoch_millis", "-0.0000001", -1),
+        ("epoch_millis", "-1.5", -2),  # floored, where a conversion to a long truncates
+        ("epoch_millis", " 1767225600000 ", T0),  # a whole number read as a long
+        ("epoch_seconds", "1767225600", T0),
+        ("epoch_seconds", "-1", -1_000),
     ],
 )
 def test_epoch_fractions_are_floored_to_the_millisecond_never_rounded_up(spark, fmt, value, expected_ms):
