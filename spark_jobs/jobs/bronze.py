@@ -77,9 +77,14 @@ class BronzeBatchWriter(BatchWriter):
         parsed = parse_records(batch, registry.config, now)
         valid = F.col("reason").isNull()
         written = F.collect_set(F.when(valid, F.col("source_partition"))).alias("partitions")
-        observed, observation = counted(parsed, written, valid=valid, rejected=~valid)
+        columns = registry.bronze.schema.fieldNames()
+        # Only what bronze keeps passes the observation (which the optimizer does not
+        # prune through): the raw text would be copied along with every row.
+        observed, observation = counted(
+            parsed.select(*columns, "reason"), written, valid=valid, rejected=~valid
+        )
         wrote = self.append_once(
-            bronze_rows(observed, registry.bronze.schema.fieldNames()),
+            bronze_rows(observed, columns),
             registry.bronze,
             batch_id,
             report.as_metadata(),
