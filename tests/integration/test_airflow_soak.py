@@ -164,7 +164,13 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
         # suite's short-jobs profile the soak took 14 % longer).
         JVM_PROFILE_VARIABLE: "throughput",
     }
+    began, moments = time.monotonic(), {}
+
+    def reached(moment: str) -> None:
+        moments[moment] = round(time.monotonic() - began, 1)
+
     with airflow_standalone(tmp_path / "airflow", lakehouse, settings) as standalone:
+        reached("standalone_up")
         airflow = standalone.client
         sampler = MemorySampler(standalone.home)
         sampler.start()
@@ -174,6 +180,7 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
             airflow.unpause(dag_id)
         try:
             wait(lambda: stream_drivers("run", str(pipeline)), 600, "the pipeline's application")
+            reached("application_started")
 
             feed_started = time.monotonic()
             generator = subprocess.Popen(
@@ -199,6 +206,7 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
                     merges.append(airflow.trigger("tidemark_late_merge", {}))
             output, _ = generator.communicate(timeout=FEED_SECONDS * 4)
             feed_seconds = time.monotonic() - feed_started
+            reached("feed_done")
             assert generator.returncode == 0
             assert json.loads(output)["records"] == manifest.records
             bronze_at_feed_end = count(spark, registry.bronze.path)
@@ -212,21 +220,26 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
 
             wait(everything_ingested, 900, "bronze to ingest every record", every=5)
             caught_up_after = time.monotonic() - feed_started - feed_seconds
+            reached("bronze_caught_up")
             wait(
                 lambda: judged(spark, registry) == count(spark, registry.bronze.path), 600, "silver", every=5
             )
+            reached("silver_caught_up")
 
             # The feed has stopped: once every partition has been quiet for the
             # idleness timeout (by silver's clock), an idleness check marks them
             # all idle and the watermark moves to the highest partition's (Flink's
             # rule), firing what it passed; the merge folds in the quarantine.
+            checks = []
             for _ in range(6):
                 time.sleep(IDLENESS_S + 2)
                 check = airflow.trigger("tidemark_idleness_check", {"stall_after": "1h"})
+                checks.append(check)
                 assert airflow.wait_for_run("tidemark_idleness_check", check) == "success"
                 if latest_step(spark, registry).active_partitions == 0:
                     break
             final = latest_step(spark, registry)
+            reached("all_idle")
             assert final.active_partitions == 0 and final.idle_partitions == FLEET.partitions
             merges.append(airflow.trigger("tidemark_late_merge", {}))
             assert [airflow.wait_for_run("tidemark_late_merge", run) for run in merges] == ["success"] * len(
@@ -235,6 +248,7 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
 
             # Bronze is complete and the watermark final: what gold and the status
             # events must become is fixed, so it is computed once, not on every poll.
+            reached("merges_done")
             expected_gold = batch_gold(spark, registry, fired(final.watermark))
             expected_events = batch_status_events(spark, registry, final.watermark)
 
@@ -246,6 +260,7 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
                 )
 
             wait(converged, 600, "gold and offline to take in the fire and the merges", every=10)
+            reached("converged")
             tasks = airflow.request(
                 "GET", f"/api/v2/dags/tidemark_streaming/dagRuns/{streaming}/taskInstances"
             )
@@ -258,6 +273,7 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
                 "PATCH", f"/api/v2/dags/tidemark_streaming/dagRuns/{streaming}", {"state": "failed"}
             )
 
+    reached("stopped")
     assert standalone.leftovers == [], "Airflow left processes behind"
     assert passes and set(passes) == {"skipped"}, passes
     assert_bronze_reconciles(spark, registry, manifest, fleet)
@@ -291,6 +307,8 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
             "stream_tries": tries,
             "late_quarantined_and_merged": statuses["merged"],
             "silver_batches": len(history),
+            "idleness_checks": len(checks),
+            "seconds_since_start": moments,
             "peak_rss_total_mb": round(sampler.peak_total_mb),
             "peak_rss_airflow_mb": round(sampler.peak_airflow_mb),
             "peak_rss_per_job_mb": {job: round(mb) for job, mb in sorted(sampler.peak_job_mb.items())},
