@@ -227,7 +227,12 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
     )
     registry = registry_for(pipeline, lakehouse)
     fleet = generate(FleetSpec(devices=6, partitions=3, seed=5, duration_ms=40 * 60_000, late_ratio=0.05))
-    write_landing(fleet, landing, 60)
+    # Half the files land now (the first quarantined record is in the ninth of twenty),
+    # the rest while the first merge is held: silver then has batches to commit inside
+    # the merge, whatever the machine's speed. Landed at once, all twenty files could be
+    # judged before the merge reached its claim, and the hold would wait in vain.
+    half = len(fleet) // 2
+    write_landing(fleet[:half], landing, 60)
     # The pipeline's streams in their application; the merges in this process beside it.
     streams = start_job("run", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms")
     # Every silver batch commits its clocks to the watermark history.
@@ -240,6 +245,7 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
         # on a loaded machine a silver batch may take longer than a whole merge.
         if step == "merge_late:claim" and not held:
             held.append(table_version(spark, clocks))
+            write_landing(fleet[half:], landing, 60)
             wait_for(lambda: table_version(spark, clocks) > held[0], 300, "a silver batch inside the merge")
         mark(step)
 
