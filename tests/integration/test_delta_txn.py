@@ -153,12 +153,12 @@ def test_a_commit_that_lands_during_the_overwrite_fails_it_with_a_delta_conflict
 
 def test_a_created_table_has_the_protocol_schema_partitions_and_properties_of_a_built_one(spark, tmp_path):
     properties = (("delta.enableChangeDataFeed", "true"), ("delta.dataSkippingStatsColumns", "key"))
+    ours = TableRef("test", "ours", str(tmp_path / "ours"), SCHEMA, ("status",), properties)
     built = str(tmp_path / "built")
     builder = DeltaTable.create(spark).location(built).addColumns(SCHEMA).partitionedBy("status")
-    for key, value in properties:
+    for key, value in ours.table_properties.items():
         builder = builder.property(key, value)
     builder.execute()
-    ours = TableRef("test", "ours", str(tmp_path / "ours"), SCHEMA, ("status",), properties)
 
     assert create_if_missing(spark, ours)
 
@@ -175,6 +175,19 @@ def test_a_created_table_has_the_protocol_schema_partitions_and_properties_of_a_
 
     assert described(ours.path) == described(built)
     assert DeltaTable.forPath(spark, ours.path).history().first().operation == "CREATE TABLE"
+
+
+def test_a_tables_log_takes_no_checkpoint_in_its_first_dozen_commits(spark, tmp_path):
+    runs = next(table for table in ops_tables(str(tmp_path)) if table.name == "runs")
+    create_if_missing(spark, runs)
+    row = ("run", "silver", "telemetry", "running", 0, 0, 0, 0, 0, datetime(2026, 1, 2, tzinfo=UTC))
+    for commit in range(12):
+        txn = Transaction(spark, runs.path)
+        txn.commit_append(txn.write_rows([row], StructType(runs.schema.fields[: len(row)])), f"c{commit}")
+
+    assert DeltaTable.forPath(spark, runs.path).history(1).first().version == 12
+    # Delta's default would have checkpointed version 10.
+    assert not list((tmp_path / "ops" / "runs" / "_delta_log").glob("*.checkpoint*"))
 
 
 def test_creating_a_table_that_exists_writes_nothing(spark, table):
