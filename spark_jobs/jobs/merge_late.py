@@ -56,6 +56,9 @@ from spark_jobs.transforms.aggregates import finished_measures, merged_measures,
 from spark_jobs.transforms.windows import CLOSED
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# A claim's commit is looked for among the quarantine's latest commits first (silver's
+# appends may land between the claim and the look), then in the whole history.
+CLAIM_SEARCH_COMMITS = 50
 
 
 @dataclass(frozen=True)
@@ -131,32 +134,53 @@ def window_match(registry: TableRegistry, starts: list[datetime]) -> Column:
     )
 
 
+def unclaimed(window: TimeRange) -> Column:
+    """Pending quarantine rows in ``window`` that no merge run has claimed."""
+    return (F.col("status") == "pending") & F.col("merge_run_id").isNull() & window.condition()
+
+
 def claim(spark: SparkSession, registry: TableRegistry, run_id: str, window: TimeRange) -> int | None:
     """Mark the unclaimed pending rows in ``window`` as this run's; returns the
     claim's Delta version, or None when there was nothing to claim."""
-    unclaimed = (F.col("status") == "pending") & F.col("merge_run_id").isNull() & window.condition()
-    if pending(spark, registry).where(unclaimed).isEmpty():
-        return None
 
     def update() -> None:
         with session_settings(spark, {USER_METADATA: run_id}):
             DeltaTable.forPath(spark, registry.quarantine.path).update(
-                unclaimed, {"merge_run_id": F.lit(run_id)}
+                unclaimed(window), {"merge_run_id": F.lit(run_id)}
             )
 
     retry_on_conflict(update, "quarantine claim")
-    return claim_version(spark, registry, run_id)
+    recent = claim_version(spark, registry, run_id, CLAIM_SEARCH_COMMITS)
+    return recent if recent is not None else claim_version(spark, registry, run_id)
 
 
-def claim_version(spark: SparkSession, registry: TableRegistry, run_id: str) -> int | None:
-    history = DeltaTable.forPath(spark, registry.quarantine.path).history()
+def claim_version(
+    spark: SparkSession, registry: TableRegistry, run_id: str, latest: int | None = None
+) -> int | None:
+    """The quarantine version whose commit carries ``run_id``: among the ``latest``
+    commits, or (None) the table's whole history."""
+    table = DeltaTable.forPath(spark, registry.quarantine.path)
+    history = table.history() if latest is None else table.history(latest)
     return history.where(F.col("userMetadata") == run_id).agg(F.min("version")).first()[0]
 
 
-def unfinished_runs(spark: SparkSession, registry: TableRegistry) -> list[str]:
-    """Runs that claimed rows and were stopped before marking them merged."""
-    claimed = pending(spark, registry).where(F.col("merge_run_id").isNotNull())
-    return sorted(row.merge_run_id for row in claimed.select("merge_run_id").distinct().collect())
+@dataclass(frozen=True)
+class Claims:
+    """The pending rows' claims: runs stopped before marking the rows they claimed
+    merged, and whether unclaimed rows wait in the window."""
+
+    unfinished_runs: list[str]
+    any_unclaimed: bool
+
+
+def pending_claims(spark: SparkSession, registry: TableRegistry, window: TimeRange) -> Claims:
+    """One read of the pending rows for both questions a run asks before it claims."""
+    claimable = unclaimed(window).alias("claimable")
+    rows = pending(spark, registry).select("merge_run_id", claimable).distinct().collect()
+    return Claims(
+        sorted(row.merge_run_id for row in rows if row.merge_run_id is not None),
+        any(row.claimable for row in rows),
+    )
 
 
 def merge_silver(
@@ -166,11 +190,13 @@ def merge_silver(
     starts: list[datetime],
     txn: tuple[str, int],
     now: datetime,
-) -> None:
+) -> int:
+    """MERGE the partials into silver; returns the windows it inserted (0 when the
+    transaction id shows a run before it committed this MERGE)."""
     config = registry.config
     moment = F.lit(now).cast("timestamp")
 
-    def merge() -> None:
+    def merge() -> int:
         target = DeltaTable.forPath(spark, registry.silver.path).alias("t")
         statement = (
             target.merge(partials.alias("s"), window_match(registry, starts))
@@ -197,16 +223,10 @@ def merge_silver(
             )
         )
         with delta_txn(spark, *txn):
-            statement.execute()
+            metrics = statement.execute().first()
+        return 0 if metrics is None else metrics.num_inserted_rows
 
-    retry_on_conflict(merge, "silver MERGE of late records")
-
-
-def utc_moments(frame: DataFrame, column: str) -> list[datetime]:
-    """The distinct values of a timestamp column as aware UTC datetimes (collecting
-    the timestamps themselves would give naive local wall times)."""
-    micros = frame.select(F.unix_micros(F.col(column)).alias("micros")).distinct().collect()
-    return sorted(EPOCH + timedelta(microseconds=row.micros) for row in micros)
+    return retry_on_conflict(merge, "silver MERGE of late records")
 
 
 @dataclass
@@ -221,17 +241,28 @@ class MergePlan:
 
 
 def plan_merge(spark: SparkSession, registry: TableRegistry, late: DataFrame) -> MergePlan:
-    config = registry.config
     partials = late_partials(late, registry).persist()
-    window_key = ["window_start", "window_end", *config.key]
-    windows, records = partials.agg(F.count(F.lit(1)), F.sum("record_count")).first()
-    starts = utc_moments(partials, "window_start")
-    existing = (
-        DeltaTable.forPath(spark, registry.silver.path).toDF().where(F.col("window_start").isin(starts))
+    # Collected as epoch micros: collecting the timestamps would give naive local wall times.
+    per_start = (
+        partials.groupBy(F.unix_micros("window_start").alias("micros"))
+        .agg(F.count(F.lit(1)).alias("windows"), F.sum("record_count").alias("records"))
+        .collect()
     )
-    new_windows = partials.select(*window_key).join(existing, window_key, "left_anti").count()
+    starts = sorted(EPOCH + timedelta(microseconds=row.micros) for row in per_start)
     keys = changed_keys(partials, registry) if registry.gold is not None and starts else []
-    return MergePlan(partials, starts, keys, MergeReport(records or 0, windows, new_windows, len(keys)))
+    report = MergeReport(
+        sum(row.records for row in per_start), sum(row.windows for row in per_start), gold_keys=len(keys)
+    )
+    return MergePlan(partials, starts, keys, report)
+
+
+def new_windows(spark: SparkSession, registry: TableRegistry, plan: MergePlan) -> int:
+    """The planned windows silver does not hold yet."""
+    window_key = ["window_start", "window_end", *registry.config.key]
+    existing = (
+        DeltaTable.forPath(spark, registry.silver.path).toDF().where(F.col("window_start").isin(plan.starts))
+    )
+    return plan.partials.select(*window_key).join(existing, window_key, "left_anti").count()
 
 
 def finish(spark: SparkSession, registry: TableRegistry, run_id: str, version: int) -> MergeReport:
@@ -242,7 +273,7 @@ def finish(spark: SparkSession, registry: TableRegistry, run_id: str, version: i
     try:
         if plan.starts:
             txn = (f"merge-late:{registry.config.name}", version)
-            merge_silver(spark, registry, plan.partials, plan.starts, txn, now)
+            plan.report.new_windows = merge_silver(spark, registry, plan.partials, plan.starts, txn, now)
     finally:
         plan.partials.unpersist()
     crash_point("merge_late:silver")
@@ -264,7 +295,8 @@ def merge_late(spark: SparkSession, registry: TableRegistry, window: TimeRange) 
     """Finish every interrupted run, then claim and merge the pending rows in ``window``."""
     registry.create_missing(spark)
     total = MergeReport()
-    for run_id in unfinished_runs(spark, registry):
+    claims = pending_claims(spark, registry, window)
+    for run_id in claims.unfinished_runs:
         version = claim_version(spark, registry, run_id)
         if version is None:
             raise RuntimeError(
@@ -274,7 +306,7 @@ def merge_late(spark: SparkSession, registry: TableRegistry, window: TimeRange) 
         print(f"tidemark merge-late: finishing interrupted run {run_id}", file=sys.stderr)
         total.add(finish(spark, registry, run_id, version))
     run_id = uuid.uuid4().hex
-    version = claim(spark, registry, run_id, window)
+    version = claim(spark, registry, run_id, window) if claims.any_unclaimed else None
     crash_point("merge_late:claim")
     if version is not None:
         total.add(finish(spark, registry, run_id, version))
@@ -324,6 +356,7 @@ def dry_run(spark: SparkSession, registry: TableRegistry, window: TimeRange) -> 
     plan = plan_merge(spark, registry, late)
     try:
         report = plan.report
+        report.new_windows = new_windows(spark, registry, plan)
         print(f"dry run: merge-late of pipeline {registry.config.name!r}, {window.describe()}")
         print(f"  pending late records: {report.records}")
         print(
