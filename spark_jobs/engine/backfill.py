@@ -19,8 +19,9 @@ from pyspark.sql import SparkSession
 from spark_jobs.config import ConfigError, PipelineConfig
 from spark_jobs.engine import watermark_steps
 from spark_jobs.generator import land_files
-from spark_jobs.jobs import bronze, gold, offline, silver
-from spark_jobs.jobs.common import JobContext
+from spark_jobs.jobs import bronze, silver
+from spark_jobs.jobs.common import JobContext, default_checkpoint, run_streams
+from spark_jobs.jobs.stages import DOWNSTREAM, stage_streams
 from spark_jobs.sources.progress import PartitionOffsets, SourceProgress, partition_order
 from spark_jobs.tables import TableRegistry, join
 
@@ -174,7 +175,6 @@ def replay_batches(
     batches = list(batches)
     registry = TableRegistry(config, root)
     replayed = TableRegistry(replay_config(config, landing_of(registry)), registry.root)
-    checkpoints = join(registry.root, "_checkpoints", config.name)
     steps = [range(i, i + 1) for i in range(len(batches))] if silver_every_batch else [range(len(batches))]
     reports = bounded_reports(config, batches)
     for step in steps:
@@ -182,23 +182,22 @@ def replay_batches(
         if code != 0:
             return code
         silver_context = JobContext(
-            "silver", replayed.config, replayed, "available-now", 1_000, join(checkpoints, "silver")
+            "silver",
+            replayed.config,
+            replayed,
+            "available-now",
+            1_000,
+            default_checkpoint(replayed, "silver"),
         )
         code = silver.run(spark, silver_context)
         if code != 0:
             return code
     if flush:
         watermark_steps.flush(spark, registry)
-    downstream = [("gold", gold)] if registry.gold is not None else []
-    if config.offline is not None:
-        downstream.append(("offline", offline))
-    for job, module in downstream:
-        code = module.run(
-            spark, JobContext(job, config, registry, "available-now", 1_000, join(checkpoints, job))
-        )
-        if code != 0:
-            return code
-    return 0
+    downstream = JobContext(
+        "replay", config, registry, "available-now", 1_000, "unused: each job has its own"
+    )
+    return run_streams(stage_streams(spark, downstream, DOWNSTREAM))
 
 
 def ingest_batches(

@@ -27,7 +27,7 @@ from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, PipelineConfig, load_pipeline
 from spark_jobs.engine.backfill import cut_batches, replay_batches, require_partitions
 from spark_jobs.jobs.common import exit_on_config_error, folder_argument
-from spark_jobs.session import build_session
+from spark_jobs.session import build_session, profile_for_records
 
 
 def replay(
@@ -75,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     require_partitions(config)
     lakehouse = folder_argument(args.lakehouse, "--lakehouse")
     # The whole input is read and checked first: a bad one starts no Spark and lands nothing.
-    batches = cut_batches(config, args.input, args.batch_size, args.batch_column)
-    spark = build_session(f"tidemark-replay-{config.name}")
+    batches = list(cut_batches(config, args.input, args.batch_size, args.batch_column))
+    profile = profile_for_records(sum(map(len, batches)))
+    spark = build_session(f"tidemark-replay-{config.name}", default_profile=profile)
     return replay_batches(spark, config, batches, lakehouse, args.flush)
 
 

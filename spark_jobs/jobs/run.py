@@ -13,58 +13,28 @@ losing its place, and exactly-once is what each job gives alone.
   then gold and offline detection together), each stage draining what the one
   before it wrote; ``--flush`` ends the input after silver.
 
-Each job gets a session of its own (``newSession``: one SparkContext, separate SQL
-settings), because a job's idempotent Delta writes are made under session settings
-(the txn app id and version) that must not leak into a query beside it.
+The stages and their sessions are :mod:`spark_jobs.jobs.stages`.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
 from spark_jobs.config import ConfigError
 from spark_jobs.engine import watermark_steps
-from spark_jobs.jobs import bronze, gold, offline, silver
-from spark_jobs.jobs.common import (
-    JobContext,
-    Stream,
-    default_checkpoint,
-    exit_on_config_error,
-    job_parser,
-    run_streams,
-)
+from spark_jobs.jobs.common import JobContext, exit_on_config_error, job_parser, run_streams
+from spark_jobs.jobs.stages import STAGES, stage_streams
 from spark_jobs.session import build_session
-
-StreamFactory = Callable[[SparkSession, JobContext], Stream | None]
-# The available-now chain: each stage reads what the stages before it wrote.
-STAGES: tuple[tuple[tuple[str, StreamFactory], ...], ...] = (
-    (("bronze", bronze.stream),),
-    (("silver", silver.stream),),
-    (("gold", gold.stream), ("offline", offline.stream)),
-)
-
-
-def job_context(pipeline: JobContext, job: str) -> JobContext:
-    """The context ``job`` has when submitted alone: its own default checkpoint."""
-    registry = pipeline.registry
-    checkpoint = default_checkpoint(registry, job)
-    return JobContext(job, pipeline.config, registry, pipeline.trigger, pipeline.interval_ms, checkpoint)
-
-
-def streams(spark: SparkSession, pipeline: JobContext, stage: tuple[tuple[str, StreamFactory], ...]) -> list:
-    built = (factory(spark.newSession(), job_context(pipeline, job)) for job, factory in stage)
-    return [stream for stream in built if stream is not None]
 
 
 def run(spark: SparkSession, pipeline: JobContext, flush: bool = False) -> int:
     """Run the pipeline's streams in this application; the process exit code."""
     if pipeline.trigger == "continuous":
-        return run_streams([stream for stage in STAGES for stream in streams(spark, pipeline, stage)])
+        return run_streams([stream for stage in STAGES for stream in stage_streams(spark, pipeline, stage)])
     for index, stage in enumerate(STAGES):
-        code = run_streams(streams(spark, pipeline, stage))
+        code = run_streams(stage_streams(spark, pipeline, stage))
         if code != 0:
             return code
         if index == 1 and flush:

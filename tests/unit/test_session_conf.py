@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from spark_jobs import jvm_archive
+from spark_jobs.jobs import replay
 from spark_jobs.jvm_archive import DUMP_VARIABLE
-from spark_jobs.session import JVM_PROFILE_VARIABLE, spark_conf
+from spark_jobs.session import JVM_PROFILE_VARIABLE, SHORT_JOB_RECORDS, profile_for_records, spark_conf
+from tests.unit.test_config import PIPELINES
 
 
 def test_jobs_start_without_the_spark_ui_unless_asked_for_it(monkeypatch):
@@ -61,3 +63,41 @@ def test_an_unknown_jvm_profile_is_an_error_naming_the_variable_and_the_choices(
     monkeypatch.setenv(JVM_PROFILE_VARIABLE, "fast")
     with pytest.raises(ValueError, match=r"TIDEMARK_JVM_PROFILE='fast'.*throughput, short-jobs"):
         spark_conf()
+
+
+def test_a_jobs_default_profile_applies_when_the_variable_is_unset(monkeypatch):
+    monkeypatch.delenv(JVM_PROFILE_VARIABLE, raising=False)
+    conf = spark_conf(default_profile="short-jobs")
+    assert "-XX:TieredStopAtLevel=1" in conf["spark.driver.extraJavaOptions"].split()
+    assert conf["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"
+
+
+def test_the_variable_overrides_a_jobs_default_profile(monkeypatch):
+    monkeypatch.setenv(JVM_PROFILE_VARIABLE, "throughput")
+    conf = spark_conf(default_profile="short-jobs")
+    assert "TieredStopAtLevel" not in conf["spark.driver.extraJavaOptions"]
+    assert "spark.sql.codegen.factoryMode" not in conf
+
+
+def test_an_input_of_up_to_the_short_job_size_gets_short_jobs_and_a_larger_one_throughput():
+    assert profile_for_records(24) == "short-jobs"
+    assert profile_for_records(SHORT_JOB_RECORDS) == "short-jobs"
+    assert profile_for_records(SHORT_JOB_RECORDS + 1) == "throughput"
+
+
+@pytest.mark.parametrize(("lines", "profile"), [(24, "short-jobs"), (SHORT_JOB_RECORDS + 1, "throughput")])
+def test_replay_starts_its_jvm_under_the_profile_its_input_size_calls_for(
+    monkeypatch, tmp_path, lines, profile
+):
+    asked = {}
+
+    def no_spark(app_name: str, **settings: object) -> None:
+        asked.update(settings)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(replay, "build_session", no_spark)
+    record = '{"device_id": "d1", "ts": 1767225600000, "region": "north", "partition": 1}\n'
+    (tmp_path / "in.json").write_text(record * lines)
+    with pytest.raises(SystemExit):
+        replay.main(["--pipeline", str(PIPELINES / "telemetry.yaml"), "--input", str(tmp_path / "in.json")])
+    assert asked == {"default_profile": profile}
