@@ -81,7 +81,7 @@ from spark_jobs.engine.tuning import parse_candidate, tune
 from spark_jobs.generator import REGIONS, START_MS, FleetSpec, Generated, generate, write_landing
 from spark_jobs.jobs import bronze, merge_late, silver
 from spark_jobs.jobs.common import JobContext
-from spark_jobs.session import build_session
+from spark_jobs.session import JVM_PROFILE_VARIABLE, build_session, profile_for_records
 from spark_jobs.submit import submit_command, submit_env
 from spark_jobs.tables import TableRef, TableRegistry, join
 from spark_jobs.transforms.aggregates import finished_measures, partial_aggregates
@@ -561,21 +561,24 @@ spark.stop()
 """
 
 
-def process_seconds(command: list[str]) -> float:
+def process_seconds(command: list[str], environment: dict[str, str] | None = None) -> float:
     started = time.perf_counter()
-    subprocess.run(command, env=submit_env(), check=True, capture_output=True)
+    subprocess.run(command, env={**submit_env(), **(environment or {})}, check=True, capture_output=True)
     return time.perf_counter() - started
 
 
-def tiny_replay_benchmark(repeats: int, work: Path) -> dict[str, float]:
+def tiny_replay_benchmark(repeats: int, work: Path) -> dict[str, float | str]:
     """``tidemark replay`` of 24 records in 4 micro-batches with ``--flush``, against
     a bare job (the session factory writing 24 rows to one Delta table), each a
-    fresh process from its command line to its exit; alternated, medians."""
+    fresh process from its command line to its exit; alternated, medians. The replay
+    starts its JVM under the profile its input size calls for; the bare job under
+    the factory's default (the issue's anchor) and under the replay's profile."""
     records = generate(FleetSpec(devices=3, partitions=2, seed=3, duration_ms=80_000))[:TINY_RECORDS]
     source = work / "tiny.json"
     source.write_text("\n".join(record.line for record in records) + "\n")
     tidemark = str(Path(sys.executable).with_name("tidemark"))
-    replays, bares = [], []
+    replays, bares, same_profile_bares = [], [], []
+    replay_profile = os.environ.get(JVM_PROFILE_VARIABLE) or profile_for_records(TINY_RECORDS)
     for run in range(repeats):
         replays.append(
             process_seconds(
@@ -595,11 +598,21 @@ def tiny_replay_benchmark(repeats: int, work: Path) -> dict[str, float]:
             )
         )
         bares.append(process_seconds([sys.executable, "-c", BARE_JOB, str(work / f"bare-{run}")]))
+        same_profile_bares.append(
+            process_seconds(
+                [sys.executable, "-c", BARE_JOB, str(work / f"bare-same-{run}")],
+                {JVM_PROFILE_VARIABLE: replay_profile},
+            )
+        )
     replay_s, bare_s = statistics.median(replays), statistics.median(bares)
+    same_profile_bare_s = statistics.median(same_profile_bares)
     return {
         "tiny_replay_seconds": round(replay_s, 2),
         "bare_job_seconds": round(bare_s, 2),
         "tiny_replay_vs_bare": round(replay_s / bare_s, 2),
+        "tiny_replay_profile": replay_profile,
+        "bare_job_same_profile_seconds": round(same_profile_bare_s, 2),
+        "tiny_replay_vs_same_profile_bare": round(replay_s / same_profile_bare_s, 2),
     }
 
 
@@ -768,7 +781,7 @@ def main() -> None:
         config = load_pipeline(PIPELINE)
         spark = build_session("tidemark-bench", overrides={"spark.ui.enabled": "false"})
         spark.sparkContext.setLogLevel("ERROR")
-        results: dict[str, float] = {}
+        results: dict[str, float | str] = {}
         if args.only in (None, "throughput"):
             results |= throughput_benchmark(
                 spark, config, args.events, args.records_per_file, args.throughput_repeats, work
