@@ -62,8 +62,9 @@ class JvmProfile:
 #   expressions. The same replay takes 60 CPU-seconds in 45 s; but 300 k events
 #   through silver take 19 s, not 12. For jobs of seconds and tiny batches on a small
 #   machine (the test suite).
+DEFAULT_PROFILE = "throughput"
 JVM_PROFILES = {
-    "throughput": JvmProfile(),
+    DEFAULT_PROFILE: JvmProfile(),
     "short-jobs": JvmProfile(
         "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC", INTERPRETED_EXPRESSIONS
     ),
@@ -80,7 +81,7 @@ SHORT_JOB_RECORDS = 30_000
 
 def profile_for_records(records: int) -> str:
     """The JVM profile for a job over ``records`` input records known up front."""
-    return "short-jobs" if records <= SHORT_JOB_RECORDS else "throughput"
+    return "short-jobs" if records <= SHORT_JOB_RECORDS else DEFAULT_PROFILE
 
 
 def is_local_master(master: str) -> bool:
@@ -88,7 +89,7 @@ def is_local_master(master: str) -> bool:
     return master.startswith("local")
 
 
-def jvm_profile(default: str = "throughput") -> JvmProfile:
+def jvm_profile(default: str = DEFAULT_PROFILE) -> JvmProfile:
     """The profile ``$TIDEMARK_JVM_PROFILE`` names, else ``default``."""
     profile = os.environ.get(JVM_PROFILE_VARIABLE) or default
     if profile not in JVM_PROFILES:
@@ -96,7 +97,7 @@ def jvm_profile(default: str = "throughput") -> JvmProfile:
     return JVM_PROFILES[profile]
 
 
-def base_conf(default_profile: str = "throughput") -> dict[str, str]:
+def base_conf(default_profile: str = DEFAULT_PROFILE) -> dict[str, str]:
     """What every session needs wherever it runs: Delta, the jars, UTC everywhere,
     and the JVM profile (``$TIDEMARK_JVM_PROFILE``, else ``default_profile``)."""
     profile = jvm_profile(default_profile)
@@ -153,7 +154,7 @@ def profile_conf(local: bool) -> dict[str, str]:
 
 
 def spark_conf(
-    local: bool = True, overrides: Mapping[str, str] | None = None, default_profile: str = "throughput"
+    local: bool = True, overrides: Mapping[str, str] | None = None, default_profile: str = DEFAULT_PROFILE
 ) -> dict[str, str]:
     """Delta, the local jars, UTC everywhere, and small-machine defaults when ``local``."""
     return {**base_conf(default_profile), **profile_conf(local), **(overrides or {})}
@@ -163,7 +164,7 @@ def build_session(
     app_name: str,
     master: str | None = None,
     overrides: Mapping[str, str] | None = None,
-    default_profile: str = "throughput",
+    default_profile: str = DEFAULT_PROFILE,
 ) -> SparkSession:
     """Return the Delta-enabled session for ``app_name``.
 
