@@ -43,6 +43,7 @@ JVM_PROFILE_VARIABLE = "TIDEMARK_JVM_PROFILE"
 # the 24-record replay below takes 60 CPU-seconds in 45 s instead of 77 in 57 (under
 # short-jobs). Per row they cost more: 300 k events through bronze take 11.2 s
 # instead of 7.7. Whole-stage code generation is not affected.
+PARTIAL_JSON_RESULTS = "spark.sql.json.enablePartialResults"
 INTERPRETED_EXPRESSIONS = {"spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
@@ -112,6 +113,10 @@ def base_conf(default_profile: str = DEFAULT_PROFILE) -> dict[str, str]:
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "in-memory",
         "spark.sql.session.timeZone": "UTC",
+        # A value that does not convert fails the whole JSON value it is in, rather than
+        # being skipped: bronze's read of a file in one parse relies on it
+        # (spark_jobs.transforms.parse.with_json_file_read).
+        PARTIAL_JSON_RESULTS: "false",
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),

@@ -2,20 +2,33 @@
 
 Each file is read whole (``wholetext``) and split into lines in Spark, so that
 every record keeps a deterministic coordinate: its file and 1-based line
-number (``source_offset``). ``ingest_time`` is the file's arrival (modification)
-time. Files named with a leading ``.`` or ``_`` are ignored by Spark, so
-writers land a file under a hidden name and rename it when complete. A CSV
-file's first line is its header. Landing files should stay well below the
-memory of one task (tens of MB).
+number (``source_offset``). A JSON file's lines are parsed at once
+(:func:`~spark_jobs.transforms.parse.with_json_file_read`), each line taking its
+element. ``ingest_time`` is the file's arrival (modification) time. Files named
+with a leading ``.`` or ``_`` are ignored by Spark, so writers land a file under
+a hidden name and rename it when complete. A CSV file's first line is its header.
+Landing files should stay well below the memory of one task (tens of MB).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig
 from spark_jobs.tables import hadoop_file
+from spark_jobs.transforms.parse import FILE_READ, with_json_file_read
+
+
+def file_columns() -> list[Column]:
+    """A landed file as the text source reads it whole: its text and where and when it landed."""
+    return [
+        F.col("value"),
+        F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_modification_time").alias("ingest_time"),
+    ]
 
 
 def ensure_folder(spark: SparkSession, path: str) -> None:
@@ -24,25 +37,35 @@ def ensure_folder(spark: SparkSession, path: str) -> None:
     filesystem.mkdirs(hadoop_path)
 
 
-def split_lines(files: DataFrame, has_header: bool) -> DataFrame:
-    """One row per record: ``raw``, its 1-based ``source_offset`` and the file's ``header``.
+def split_lines(
+    files: DataFrame, has_header: bool, read_file: Callable[[DataFrame], DataFrame] | None = None
+) -> DataFrame:
+    """One row per record: ``raw``, its 1-based ``source_offset`` and the file's ``header``,
+    and, when ``read_file`` is given, ``typed``: the record's element of the
+    ``file_read`` that ``read_file`` adds to the files (an array with one element per
+    line; ``typed`` is null when it holds anything else).
 
     A trailing newline does not make an extra (empty) record; other blank lines
     do, and are rejected as empty records downstream."""
     # Split once per file and keep only small columns beside the exploded lines:
     # anything that refers to the whole file after the explode is paid per line.
-    arrays = files.select(
-        F.split(F.col("value"), "\n", -1).alias("lines"), "source_file", "ingest_time"
-    ).select(
-        "lines",
-        F.size("lines").alias("line_count"),
-        F.col("lines").getItem(0).alias("header"),
+    read = files if read_file is None else read_file(files)
+    arrays = read.select(
+        F.split(F.col("value"), "\n", -1).alias("lines"),
+        *([FILE_READ] if read_file else []),
         "source_file",
         "ingest_time",
-    )
+    ).withColumns({"line_count": F.size("lines"), "header": F.col("lines").getItem(0)})
+    columns = {"line": F.col("lines")}
+    if read_file is not None:
+        whole = F.size(FILE_READ) == F.col("line_count")
+        columns["typed"] = F.when(whole, F.col(FILE_READ)).otherwise(F.array())
+    # Paired before the explode (the shorter padded with nulls): a line's row carries
+    # its own element, not the file's array.
+    pairs = F.arrays_zip(*(column.alias(name) for name, column in columns.items()))
     exploded = arrays.select(
-        F.posexplode("lines").alias("pos", "line"), "line_count", "header", "source_file", "ingest_time"
-    )
+        F.posexplode(pairs).alias("pos", "pair"), "line_count", "header", "source_file", "ingest_time"
+    ).select("*", *(F.col(f"pair.{name}").alias(name) for name in columns))
     trailing = (F.col("pos") == F.col("line_count") - 1) & (F.col("line") == "")
     kept = exploded.where(~trailing & (F.col("pos") > 0 if has_header else F.lit(True)))
     header = without_carriage_return(F.col("header")) if has_header else F.lit(None).cast("string")
@@ -53,6 +76,7 @@ def split_lines(files: DataFrame, has_header: bool) -> DataFrame:
         (F.col("pos") + 1).cast("long").alias("source_offset"),
         "ingest_time",
         header.alias("header"),
+        *(name for name in columns if name != "line"),
     )
 
 
@@ -61,14 +85,17 @@ def without_carriage_return(line: Column) -> Column:
     return F.when(line.endswith("\r"), line.substr(F.lit(1), F.length(line) - 1)).otherwise(line)
 
 
+def landing_records(files: DataFrame, config: PipelineConfig) -> DataFrame:
+    """The records of landed files (``value``: a file's text, ``source_file``,
+    ``ingest_time``): a JSON file's lines come with its typed read, parsed at once."""
+    if config.source.format == "csv":
+        return split_lines(files, has_header=True)
+    return split_lines(files, has_header=False, read_file=lambda files: with_json_file_read(files, config))
+
+
 def read_landing(spark: SparkSession, config: PipelineConfig, landing_path: str) -> DataFrame:
     ensure_folder(spark, landing_path)
     reader = spark.readStream.format("text").option("wholetext", "true")
     if config.source.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", config.source.max_files_per_trigger)
-    files = reader.load(landing_path).select(
-        "value",
-        F.col("_metadata.file_path").alias("source_file"),
-        F.col("_metadata.file_modification_time").alias("ingest_time"),
-    )
-    return split_lines(files, has_header=config.source.format == "csv")
+    return landing_records(reader.load(landing_path).select(*file_columns()), config)

@@ -22,8 +22,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig
+from spark_jobs.session import PARTIAL_JSON_RESULTS
 from spark_jobs.sql import quote_identifier
-from spark_jobs.transforms.timestamps import event_time_millis, in_timestamp_range, millis_to_timestamp
+from spark_jobs.transforms.timestamps import (
+    EPOCH_SCALE,
+    event_time_millis,
+    in_timestamp_range,
+    millis_to_timestamp,
+)
 
 REASONS = (
     "empty_record",
@@ -49,14 +55,28 @@ def _text_schema(config: PipelineConfig) -> str:
 # Kinds whose JSON conversion gives what ``try_cast`` of the field's text gives, once
 # the value converted and (a double) is finite. A timestamp or date converts by
 # Spark's JSON options, not by the cast; a float may round twice (through a double)
-# on one path and once on the other: those, and the event-time column, stay text.
+# on one path and once on the other: those stay text. So does the event-time column,
+# unless it holds whole epoch numbers (an int or long kind): their text casts to the
+# same number, and the millisecond is that number scaled.
 JSON_TYPED_KINDS = ("int", "long", "double", "boolean")
+WHOLE_KINDS = ("int", "long")
+PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+
+
+def _typed_stamp(config: PipelineConfig) -> bool:
+    """The event-time column is read at its type on the fast path."""
+    stamp = config.event_time
+    return stamp.format in EPOCH_SCALE and config.schema[stamp.column] in WHOLE_KINDS
 
 
 def _json_typed_fields(config: PipelineConfig) -> dict[str, str]:
     """The fields the fast path reads at their own type, with their kinds."""
     stamp = config.event_time.column
-    return {name: kind for name, kind in config.schema.items() if kind in JSON_TYPED_KINDS and name != stamp}
+    return {
+        name: kind
+        for name, kind in config.schema.items()
+        if kind in JSON_TYPED_KINDS and (name != stamp or _typed_stamp(config))
+    }
 
 
 def _fast_schema(config: PipelineConfig) -> str:
@@ -64,6 +84,52 @@ def _fast_schema(config: PipelineConfig) -> str:
     return ", ".join(
         f"{quote_identifier(name)} {typed.get(name, 'string').upper()}" for name in (*config.schema, CORRUPT)
     )
+
+
+FILE_READ = "file_read"
+
+
+def with_json_file_read(files: DataFrame, config: PipelineConfig) -> DataFrame:
+    """``files`` (a JSON-lines file's text in ``value``) with ``file_read``: the file read
+    at the fast path's types in one parse, an array with one element per line (null
+    for the empty line after a trailing newline), or null unless every line is one
+    object by the byte scan's rule (:func:`_surely_one_object`) and the file parses.
+
+    Why element k is line k: every line begins with ``{`` and its only ``}`` is its last
+    character. Joined by commas into one array, the text holds as many ``}`` as
+    lines, and an array of that many objects needs each of them outside a string,
+    closing a top-level object. One parse a file costs a fraction of a parse a line
+    (Spark's ``from_json`` builds a character reader for every value). Byte tests
+    and string replacements check the lines, each step a column of its own (a file's
+    text is computed once): a regular expression over a whole file, or a lambda over
+    its lines, costs more than the parse saves.
+
+    A value that does not convert must fail the whole array, as it flags a line read
+    alone (:data:`~spark_jobs.session.PARTIAL_JSON_RESULTS` off): with partial
+    results Spark skips it, keeping a duplicate key's earlier value. In a session
+    that has them on, ``file_read`` is null and each line is read alone."""
+    element = f"STRUCT<{_fast_schema(config)}>"
+    if files.sparkSession.conf.get(PARTIAL_JSON_RESULTS, "true") != "false":
+        return files.withColumn(FILE_READ, F.lit(None).cast(f"ARRAY<{element}>"))
+    text = F.col("value")
+    lines, inner = F.col("json_lines"), F.col("json_inner")
+    ends_in_newline = text.endswith("\n")
+    read = files.withColumn(  # CRLF files alone pay for the replacement
+        "json_lines", F.when(text.contains("\r"), F.replace(text, F.lit("\r\n"), F.lit("\n"))).otherwise(text)
+    ).withColumn("json_inner", F.replace(lines, F.lit("}\n{"), F.lit("")).cast("binary"))
+    # Without the line breaks between objects, one object remains, and its only } is its last byte.
+    before_last = F.substring(inner, 1, F.octet_length(inner) - F.when(ends_in_newline, 2).otherwise(1))
+    one_object_a_line = (
+        lines.startswith("{")
+        & F.when(ends_in_newline, lines.endswith("}\n")).otherwise(lines.endswith("}"))
+        & ~before_last.contains(F.lit(bytearray(b"}")))
+        & ~before_last.contains(F.lit(bytearray(b"\n")))
+    )
+    elements = F.replace(lines, F.lit("\n"), F.lit(","))
+    # After a trailing newline, the empty line's element is a null.
+    as_array = F.concat(F.lit("["), elements, F.when(ends_in_newline, F.lit("null]")).otherwise(F.lit("]")))
+    parsed = F.from_json(as_array, f"ARRAY<{element}>", PERMISSIVE)
+    return read.withColumn(FILE_READ, F.when(one_object_a_line, parsed)).drop("json_lines", "json_inner")
 
 
 def _one_value(line: Column, values_in_brackets: Column) -> Column:
@@ -86,7 +152,7 @@ def _surely_one_object(line: Column) -> Column:
     return line.startswith("{") & line.endswith("}") & ~before_last.contains(F.lit(bytearray(b"}")))
 
 
-def _with_parsed_fields(raw: DataFrame, config: PipelineConfig) -> DataFrame:
+def _with_parsed_fields(raw: DataFrame, config: PipelineConfig, horizon: Column) -> DataFrame:
     """``raw`` with ``fast``, ``typed`` and ``text``.
 
     ``fast`` marks a JSON line that is one object whose typed fields all converted:
@@ -97,7 +163,6 @@ def _with_parsed_fields(raw: DataFrame, config: PipelineConfig) -> DataFrame:
     not convert is named (``wrong_type``) rather than nulled. Both paths give a
     record the same values and the same verdict; the fast one skips the second parse
     and the per-field casts for the records that need neither."""
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
     line = F.col("raw")
     if config.source.format == "csv":
         # RFC 4180 quoting (a quote inside a quoted field is doubled), as Python's csv
@@ -107,7 +172,9 @@ def _with_parsed_fields(raw: DataFrame, config: PipelineConfig) -> DataFrame:
         # in the mark's place, and the mark is put back into the first field.
         marked = line.startswith(BYTE_ORDER_MARK)
         guarded = F.when(marked, F.concat(F.lit("x"), line.substr(F.lit(2), F.length(line)))).otherwise(line)
-        parsed = raw.withColumn("text", F.from_csv(guarded, _text_schema(config), {**options, "escape": '"'}))
+        parsed = raw.withColumn(
+            "text", F.from_csv(guarded, _text_schema(config), {**PERMISSIVE, "escape": '"'})
+        )
         first_field = next(iter(config.schema))
         first = F.col("text").getField(first_field)
         restored = F.concat(F.lit(BYTE_ORDER_MARK), first.substr(F.lit(2), F.length(first)))
@@ -120,26 +187,46 @@ def _with_parsed_fields(raw: DataFrame, config: PipelineConfig) -> DataFrame:
     # without a trace, so the typed parse reads the line alone, where it is flagged in
     # the corrupt column, and a byte scan checks the rest: counting the bracketed
     # values would tokenize every line a second time and cost what the typed parse saves.
-    bracketed = F.concat(F.lit("["), line, F.lit("]"))
+    # A file source hands each line its element of the file's typed parse
+    # (:func:`with_json_file_read`).
     typed = F.col("typed")
+    json_typed = _json_typed_fields(config)
+    if "typed" in raw.columns:
+        read, vouched = raw, typed.isNotNull()
+    else:
+        read = raw.withColumn("typed", F.from_json(line, _fast_schema(config), PERMISSIVE))
+        vouched = _surely_one_object(line) & typed.getField(CORRUPT).isNull()
     # JSON reads a number beyond the type's range as infinite; its text does not cast.
     finite = [
         ~typed.getField(name).isin(float("inf"), float("-inf"))
-        for name, kind in _json_typed_fields(config).items()
+        for name, kind in json_typed.items()
         if kind == "double"
     ]
-    fast = F.coalesce(
-        _all([_surely_one_object(line), typed.getField(CORRUPT).isNull(), *finite]), F.lit(False)
-    )
-    elements = F.from_json(bracketed, f"ARRAY<STRUCT<{_text_schema(config)}>>", options)
+    # A typed event time takes the fast path only when it passes every check, so that
+    # no reject's detail needs its text.
+    millis = _typed_millis(config)
+    stamp_ok = [] if millis is None else [in_timestamp_range(millis) & (millis <= horizon)]
+    fast = F.coalesce(_all([vouched, *finite, *stamp_ok]), F.lit(False))
+    bracketed = F.concat(F.lit("["), line, F.lit("]"))
+    elements = F.from_json(bracketed, f"ARRAY<STRUCT<{_text_schema(config)}>>", PERMISSIVE)
     # Each its own column, so a parse runs once however often it is referred to, and
     # the text parse only for the records the fast path did not take.
     return (
-        raw.withColumn("typed", F.from_json(line, _fast_schema(config), options))
-        .withColumn("fast", fast)
+        read.withColumn("fast", fast)
         .withColumn("elements", F.when(~F.col("fast"), elements))
         .withColumn("text", F.when(_one_value(line, F.size("elements")), F.col("elements")[0]))
     )
+
+
+def _typed_millis(config: PipelineConfig) -> Column | None:
+    """The event time in epoch milliseconds from the typed parse, when it reads the
+    event-time column at its type (:func:`_typed_stamp`): null on overflow, as the
+    text's conversion would leave the long path."""
+    if not _typed_stamp(config):
+        return None
+    whole = F.col("typed").getField(config.event_time.column).cast("long")
+    scale = EPOCH_SCALE[config.event_time.format]
+    return whole if scale == 1 else F.try_multiply(whole, F.lit(scale))
 
 
 def _first(conditions: list[tuple[Column, Column]]) -> Column:
@@ -192,7 +279,11 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
     stamp = config.event_time
     stamp_text = fields[stamp.column].shown
     # Its own column: each check that reads it would convert the text again.
+    # The text's conversion: a decimal, for any epoch number. A typed event time has
+    # passed every check on the fast path (:func:`_with_parsed_fields`), and keeps its long.
     millis = F.col("millis")
+    typed_millis = _typed_millis(config)
+    judged_by_text = F.lit(True) if typed_millis is None else ~F.col("fast")
     horizon = F.lit(int(processing_time.timestamp() * 1000) + stamp.max_future_skew_ms)
     marker = config.watermark.marker_column
     is_data = ~fields[marker].present if marker else F.lit(True)
@@ -216,7 +307,7 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
         ("missing_timestamp", ~fields[stamp.column].present, F.lit(f"{stamp.column} is missing")),
         (
             "unparseable_timestamp",
-            millis.isNull(),
+            judged_by_text & millis.isNull(),
             F.format_string(f"{stamp.column}: %s is not {stamp.format}", stamp_text),
         ),
         (
@@ -250,7 +341,11 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
     source_partition = F.coalesce(
         F.col("source_partition"), typed[partition].cast("string") if partition else F.lit(None)
     )
-    parsed = _with_parsed_fields(raw, config).withColumn("millis", event_time_millis(stamp_text, stamp))
+    from_text = event_time_millis(stamp_text, stamp)
+    parsed = _with_parsed_fields(raw, config, horizon).withColumn("millis", F.when(judged_by_text, from_text))
+    event_time = millis_to_timestamp(millis)
+    if typed_millis is not None:
+        event_time = F.when(F.col("fast"), F.timestamp_millis(typed_millis)).otherwise(event_time)
     return parsed.select(
         *[typed[name].alias(name) for name in config.schema],
         F.col("raw"),
@@ -259,7 +354,7 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
         source_partition.alias("source_partition"),
         F.col("source_file"),
         F.col("source_offset"),
-        millis_to_timestamp(millis).alias("event_time"),
+        event_time.alias("event_time"),
         F.col("ingest_time"),
         F.lit(processing_time).cast("timestamp").alias("processing_time"),
         _first([(condition, F.lit(reason)) for reason, condition, _ in checks]).alias("reason"),

@@ -8,13 +8,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spark_jobs.config import ConfigError, parse_pipeline
 from spark_jobs.jobs import bronze
 from spark_jobs.jobs.common import JobContext
-from spark_jobs.sources.files import split_lines
+from spark_jobs.session import PARTIAL_JSON_RESULTS
+from spark_jobs.sources.files import file_columns, landing_records, split_lines
 from spark_jobs.tables import TableRegistry
-from spark_jobs.transforms.parse import parse_records
+from spark_jobs.transforms.parse import parse_records, with_json_file_read
 from tests.unit.test_config import PIPELINES
 
 pytestmark = pytest.mark.spark
@@ -45,6 +48,7 @@ def record(**overrides):
 
 
 def parse(spark, lines, cfg=None, source_partition=None):
+    """Each line a record of its own, as a Kafka source gives them."""
     rows = [(line, source_partition, "/landing/f.json", i + 1, NOW, None) for i, line in enumerate(lines)]
     raw = spark.createDataFrame(
         rows,
@@ -53,13 +57,30 @@ def parse(spark, lines, cfg=None, source_partition=None):
     return parse_records(raw, cfg or config(), NOW).collect()
 
 
-def reason_of(spark, line, cfg=None):
-    [row] = parse(spark, [line], cfg)
+def parse_file(spark, lines, cfg=None):
+    """The lines as one landed JSON file, as the file source reads it (the whole file's typed parse)."""
+    cfg = cfg or config()
+    files = spark.createDataFrame(
+        [("".join(f"{line}\n" for line in lines), "/landing/f.json", NOW)],
+        "value string, source_file string, ingest_time timestamp",
+    )
+    raw = split_lines(files, has_header=False, read_file=lambda files: with_json_file_read(files, cfg))
+    return parse_records(raw, cfg, NOW).collect()
+
+
+@pytest.fixture(params=["record", "file"])
+def read(request):
+    """Both ways a JSON record reaches the parse: alone (Kafka), or as a line of a file."""
+    return parse if request.param == "record" else parse_file
+
+
+def reason_of(spark, line, cfg=None, read=parse):
+    [row] = read(spark, [line], cfg)
     return row.reason
 
 
-def test_a_valid_record_is_typed_and_gets_all_three_times(spark):
-    [row] = parse(spark, [record()])
+def test_a_valid_record_is_typed_and_gets_all_three_times(spark, read):
+    [row] = read(spark, [record()])
     assert row.reason is None
     assert (row.device_id, row.battery, row.partition) == ("d1", 80.5, 2)
     assert row.event_time == datetime(2026, 1, 1)
@@ -96,8 +117,8 @@ def test_kafka_partition_wins_over_the_payload_partition_column(spark):
         (record(partition=...), "missing_partition"),
     ],
 )
-def test_each_bad_record_is_rejected_with_its_reason(spark, line, reason):
-    assert reason_of(spark, line) == reason
+def test_each_bad_record_is_rejected_with_its_reason(spark, read, line, reason):
+    assert reason_of(spark, line, read=read) == reason
 
 
 @pytest.mark.parametrize(
@@ -114,9 +135,9 @@ def test_each_bad_record_is_rejected_with_its_reason(spark, line, reason):
         "\ufeff" + record(),
     ],
 )
-def test_anything_but_one_json_object_on_a_line_is_malformed(spark, line):
+def test_anything_but_one_json_object_on_a_line_is_malformed(spark, read, line):
     """Found by fuzzing: Spark's JSON reader ignores whatever follows the first value."""
-    assert reason_of(spark, line) == "malformed_record"
+    assert reason_of(spark, line, read=read) == "malformed_record"
 
 
 @pytest.mark.parametrize(
@@ -129,11 +150,11 @@ def test_anything_but_one_json_object_on_a_line_is_malformed(spark, line):
         (record()[:-1] + ', "battery": 1e400}', "wrong_type", None),  # beyond a double
     ],
 )
-def test_a_value_is_judged_by_its_text(spark, line, reason, battery):
+def test_a_value_is_judged_by_its_text(spark, read, line, reason, battery):
     """Found while trying a typed fast path: Spark's JSON reader converts some values
     differently from a cast of their text (it keeps a duplicate key's earlier value
     when the later does not convert, reads 1e400 as infinity). The text decides."""
-    [row] = parse(spark, [line])
+    [row] = read(spark, [line])
     assert (row.reason, repr(row.battery)) == (reason, repr(battery))  # repr: NaN equals NaN
 
 
@@ -146,10 +167,10 @@ def test_a_value_is_judged_by_its_text(spark, line, reason, battery):
         record(battery="Infinity"),  # read as infinite at the type, so read again as text
     ],
 )
-def test_a_line_the_byte_scan_does_not_vouch_for_is_read_as_text_with_the_same_answer(spark, line):
+def test_a_line_the_byte_scan_does_not_vouch_for_is_read_as_text_with_the_same_answer(spark, read, line):
     """A line whose only ``}`` is not its last character, or whose typed read gave
     an infinity, is parsed again as text; its values must be those of its text."""
-    [row] = parse(spark, [line])
+    [row] = read(spark, [line])
     payload = json.loads(line)
     expected_device = payload["device_id"] if isinstance(payload["device_id"], str) else '{"nested":1}'
     assert (row.reason, row.device_id, row.region) == (None, expected_device, payload["region"])
@@ -166,12 +187,42 @@ def test_one_json_object_with_brackets_in_its_values_is_valid(spark):
     assert (row.reason, row.region, row.device_id) == (None, "[north]", "]{x}[")
 
 
-def test_a_timestamp_just_inside_the_future_skew_is_accepted(spark):
-    assert reason_of(spark, record(ts=int(NOW.timestamp() * 1000) + 3_600_000)) is None
+def test_a_timestamp_just_inside_the_future_skew_is_accepted(spark, read):
+    assert reason_of(spark, record(ts=int(NOW.timestamp() * 1000) + 3_600_000), read=read) is None
 
 
-def test_reject_detail_names_the_offending_field_and_value(spark):
-    [row] = parse(spark, [record(battery="full")])
+@pytest.mark.parametrize(
+    ("fmt", "value", "reason", "detail"),
+    [
+        ("epoch_millis", 10**18, "timestamp_out_of_range", "ts: 1000000000000000000 is outside years 1-9999"),
+        ("epoch_seconds", 10**17, "timestamp_out_of_range", "ts: 100000000000000000 is outside years 1-9999"),
+        (
+            "epoch_millis",
+            -(10**15),
+            "timestamp_out_of_range",
+            "ts: -1000000000000000 is outside years 1-9999",
+        ),
+        (
+            "epoch_seconds",
+            int(NOW.timestamp()) + 3_601,
+            "future_timestamp",
+            f"ts: {int(NOW.timestamp()) + 3_601} is beyond the allowed future skew",
+        ),
+        ("epoch_seconds", T0 // 1000, None, None),
+    ],
+)
+def test_a_whole_epoch_time_is_judged_and_shown_as_its_text(spark, read, fmt, value, reason, detail):
+    """A whole epoch number is read at its type where it passes every check (the
+    fast path); one that fails a check (beyond the range once scaled, in the
+    future) is judged again from its text, which its detail shows."""
+    [row] = read(spark, [record(ts=value)], text_ts_config(fmt, kind="long"))
+    assert (row.reason, row.detail) == (reason, detail)
+    if reason is None:
+        assert row.event_time == datetime(2026, 1, 1)
+
+
+def test_reject_detail_names_the_offending_field_and_value(spark, read):
+    [row] = read(spark, [record(battery="full")])
     assert row.detail == "battery: full is not a double"
 
 
@@ -340,6 +391,79 @@ def test_split_lines_numbers_lines_and_ignores_only_the_trailing_newline(spark):
     assert [(r.raw, r.source_offset) for r in rows] == [("a", 1), ("", 2), ("b", 3)]
     with_header = split_lines(files.where("source_file like '%csv'"), has_header=True).collect()
     assert [(r.raw, r.source_offset, r.header) for r in with_header] == [("x", 2, "h")]
+
+
+# Lines for the file read's property tests. One object a line, each in its own way:
+ONE_OBJECT_LINES = (
+    record(),
+    record(device_id="d2", battery=12),
+    record(battery="full"),
+    record(battery="12.5"),
+    record()[:-1] + ', "battery": 1e400}',
+    record()[:-1] + ', "battery": "empty"}',
+    record(partition=...),
+    record(battery=None),
+    record(ts=...),
+    record(ts="1767225600000"),
+    record(ts=10**18),
+    record(ts=int(NOW.timestamp() * 1000) + 3_600_001),
+    "{}",
+)
+# and lines the byte scan does not vouch for, including ones that would misalign a
+# parse of the file's lines as one array if it let them in.
+OTHER_LINES = (
+    record(device_id="d}1"),
+    record() + record(device_id="d2"),
+    record() + ", " + record(device_id="d2"),
+    '{"device_id": "d1", "ts": [1',
+    '2], "region": "north", "battery": 1, "speed": 1, "partition": 1}',
+    '{"device_id": "d3", "region": "x}',
+    record() + "\r" + record(device_id="d2"),
+    "",
+    "not json",
+    "null",
+)
+
+
+def outcome(rows):
+    return [(r.raw, r.reason, r.detail, r.device_id, repr(r.battery), r.event_time, r.event_id) for r in rows]
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.sampled_from(ONE_OBJECT_LINES), min_size=1, max_size=12))
+def test_a_file_read_whole_judges_every_line_as_it_would_alone(spark, lines):
+    """The file source parses a JSON file of one object a line at once; every line
+    gets the values, the verdict and the coordinate it gets alone."""
+    assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.sampled_from(ONE_OBJECT_LINES + OTHER_LINES), min_size=1, max_size=12))
+def test_any_file_judges_every_line_as_it_would_alone(spark, lines):
+    """Whatever else a file holds, each of its lines is judged as it is alone."""
+    assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
+
+
+def test_the_file_source_hands_the_parse_each_lines_typed_read(spark, tmp_path):
+    """Guards the cheap path: the landing zone's JSON files reach the parse with the
+    whole file's typed read, so no valid line is parsed on its own."""
+    (tmp_path / "a.json").write_text(record() + "\r\n" + record(device_id="d2") + "\n")
+    files = spark.read.option("wholetext", "true").text(str(tmp_path)).select(*file_columns())
+    lines = landing_records(files, config()).orderBy("source_offset").collect()
+    assert [(r.raw, r.typed.device_id) for r in lines] == [(record(), "d1"), (record(device_id="d2"), "d2")]
+
+
+def test_where_a_failed_value_would_be_skipped_each_line_is_read_alone(spark, tmp_path):
+    """Spark skips a value that does not convert inside an array when partial JSON
+    results are on, keeping a duplicate key's earlier value: then no file is read whole."""
+    (tmp_path / "a.json").write_text(record() + "\n")
+    files = spark.read.option("wholetext", "true").text(str(tmp_path)).select(*file_columns())
+    spark.conf.set(PARTIAL_JSON_RESULTS, "true")
+    try:
+        [line] = landing_records(files, config()).collect()
+    finally:
+        spark.conf.set(PARTIAL_JSON_RESULTS, "false")
+    assert (line.raw, line.typed) == (record(), None)
 
 
 def test_a_zone_unknown_to_sparks_java_runtime_is_refused_before_any_table(spark, tmp_path):
