@@ -42,20 +42,25 @@ def split_lines(
 ) -> DataFrame:
     """One row per record: ``raw``, its 1-based ``source_offset`` and the file's ``header``,
     and, when ``read_file`` is given, ``typed``: the record's element of the
-    ``file_read`` that ``read_file`` adds to the files (an array with one element per
-    line; ``typed`` is null when it holds anything else).
+    ``file_read`` that ``read_file`` adds to the files (their text in ``value``, split
+    at its newlines in ``lines``): an array with one element per line, or else
+    ``typed`` is null.
 
     A trailing newline does not make an extra (empty) record; other blank lines
     do, and are rejected as empty records downstream."""
     # Split once per file and keep only small columns beside the exploded lines:
     # anything that refers to the whole file after the explode is paid per line.
-    read = files if read_file is None else read_file(files)
-    arrays = read.select(
-        F.split(F.col("value"), "\n", -1).alias("lines"),
-        *([FILE_READ] if read_file else []),
-        "source_file",
-        "ingest_time",
-    ).withColumns({"line_count": F.size("lines"), "header": F.col("lines").getItem(0)})
+    split = files.withColumn("lines", F.split(F.col("value"), "\n", -1))
+    arrays = (
+        (split if read_file is None else read_file(split))
+        .select(
+            "lines",
+            *([FILE_READ] if read_file else []),
+            "source_file",
+            "ingest_time",
+        )
+        .withColumns({"line_count": F.size("lines"), "header": F.col("lines").getItem(0)})
+    )
     columns = {"line": F.col("lines")}
     if read_file is not None:
         whole = F.size(FILE_READ) == F.col("line_count")

@@ -90,46 +90,51 @@ FILE_READ = "file_read"
 
 
 def with_json_file_read(files: DataFrame, config: PipelineConfig) -> DataFrame:
-    """``files`` (a JSON-lines file's text in ``value``) with ``file_read``: the file read
-    at the fast path's types in one parse, an array with one element per line (null
-    for the empty line after a trailing newline), or null unless every line is one
-    object by the byte scan's rule (:func:`_surely_one_object`) and the file parses.
+    """``files`` (a JSON-lines file's text in ``value``, split at its newlines in
+    ``lines``) with ``file_read``: the file read at the fast path's types in one parse,
+    an array with one element per line (null for the empty line after a trailing
+    newline), or null unless every line is one object by the byte scan's rule
+    (:func:`_surely_one_object`) and the file parses.
 
-    Why element k is line k: every line begins with ``{`` and its only ``}`` is its last
-    character. Joined by commas into one array, the text holds as many ``}`` as
+    Why element k is line k: every line begins with ``{`` and its only ``}`` is its
+    last character. Joined by commas into one array, the text holds as many ``}`` as
     lines, and an array of that many objects needs each of them outside a string,
     closing a top-level object. One parse a file costs a fraction of a parse a line
-    (Spark's ``from_json`` builds a character reader for every value). Byte tests
-    and string replacements check the lines, each step a column of its own (a file's
-    text is computed once): a regular expression over a whole file, or a lambda over
-    its lines, costs more than the parse saves.
+    (Spark's ``from_json`` builds a character reader for every value).
+
+    The lines are tested without a lambda or a regular expression over the file (each
+    costs more than the parse saves): split at every ``}``, the text's pieces after the
+    first must each begin with a newline and a ``{`` (the bounds of their sort order
+    tell), the last must be empty (or the trailing newline), and no other newline may
+    be left. A CRLF file fails the test, and is read a line at a time.
 
     A value that does not convert must fail the whole array, as it flags a line read
-    alone (:data:`~spark_jobs.session.PARTIAL_JSON_RESULTS` off): with partial
-    results Spark skips it, keeping a duplicate key's earlier value. In a session
-    that has them on, ``file_read`` is null and each line is read alone."""
+    alone (:data:`~spark_jobs.session.PARTIAL_JSON_RESULTS` off): with partial results
+    Spark skips it, keeping a duplicate key's earlier value. In a session that has them
+    on, ``file_read`` is null and each line is read alone."""
     element = f"STRUCT<{_fast_schema(config)}>"
     if files.sparkSession.conf.get(PARTIAL_JSON_RESULTS, "true") != "false":
         return files.withColumn(FILE_READ, F.lit(None).cast(f"ARRAY<{element}>"))
-    text = F.col("value")
-    lines, inner = F.col("json_lines"), F.col("json_inner")
+    text, lines, pieces = F.col("value"), F.col("lines"), F.col("json_pieces")
     ends_in_newline = text.endswith("\n")
-    read = files.withColumn(  # CRLF files alone pay for the replacement
-        "json_lines", F.when(text.contains("\r"), F.replace(text, F.lit("\r\n"), F.lit("\n"))).otherwise(text)
-    ).withColumn("json_inner", F.replace(lines, F.lit("}\n{"), F.lit("")).cast("binary"))
-    # Without the line breaks between objects, one object remains, and its only } is its last byte.
-    before_last = F.substring(inner, 1, F.octet_length(inner) - F.when(ends_in_newline, 2).otherwise(1))
+    closing = F.size(pieces) - 1  # the } in the file
+    between = F.slice(pieces, 2, closing - 1)  # what follows each } but the last
     one_object_a_line = (
-        lines.startswith("{")
-        & F.when(ends_in_newline, lines.endswith("}\n")).otherwise(lines.endswith("}"))
-        & ~before_last.contains(F.lit(bytearray(b"}")))
-        & ~before_last.contains(F.lit(bytearray(b"\n")))
+        text.startswith("{")
+        & (F.element_at(pieces, -1) == F.when(ends_in_newline, F.lit("\n")).otherwise(F.lit("")))
+        & ((closing == 1) | ((F.array_min(between) >= "\n{") & (F.array_max(between) < "\n|")))
+        & (F.size(lines) - 1 == closing - 1 + ends_in_newline.cast("int"))  # newlines
     )
-    elements = F.replace(lines, F.lit("\n"), F.lit(","))
     # After a trailing newline, the empty line's element is a null.
-    as_array = F.concat(F.lit("["), elements, F.when(ends_in_newline, F.lit("null]")).otherwise(F.lit("]")))
+    as_array = F.concat(
+        F.lit("["), F.array_join(lines, ","), F.when(ends_in_newline, F.lit("null]")).otherwise(F.lit("]"))
+    )
     parsed = F.from_json(as_array, f"ARRAY<{element}>", PERMISSIVE)
-    return read.withColumn(FILE_READ, F.when(one_object_a_line, parsed)).drop("json_lines", "json_inner")
+    return (
+        files.withColumn("json_pieces", F.split(text, "}", -1))
+        .withColumn(FILE_READ, F.when(one_object_a_line, parsed))
+        .drop("json_pieces")
+    )
 
 
 def _one_value(line: Column, values_in_brackets: Column) -> Column:

@@ -444,20 +444,41 @@ def test_any_file_judges_every_line_as_it_would_alone(spark, lines):
     assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
 
 
+def test_a_file_of_objects_whose_values_convert_is_read_in_one_parse(spark):
+    """Every line of the file is taken from the one parse (none is read alone), and
+    each keeps the verdict it has alone: missing fields, out-of-range times."""
+    lines = [record(), record(partition=...), "{}", record(ts=10**18), record(battery=None)]
+    cfg = config()
+    files = spark.createDataFrame(
+        [("".join(f"{line}\n" for line in lines), "/landing/f.json", NOW)],
+        "value string, source_file string, ingest_time timestamp",
+    )
+    raw = split_lines(files, has_header=False, read_file=lambda files: with_json_file_read(files, cfg))
+    assert [row.typed is not None for row in raw.collect()] == [True] * len(lines)
+    assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
+
+
 def test_the_file_source_hands_the_parse_each_lines_typed_read(spark, tmp_path):
     """Guards the cheap path: the landing zone's JSON files reach the parse with the
     whole file's typed read, so no valid line is parsed on its own."""
-    (tmp_path / "a.json").write_text(record() + "\r\n" + record(device_id="d2") + "\n")
-    files = spark.read.option("wholetext", "true").text(str(tmp_path)).select(*file_columns())
-    lines = landing_records(files, config()).orderBy("source_offset").collect()
-    assert [(r.raw, r.typed.device_id) for r in lines] == [(record(), "d1"), (record(device_id="d2"), "d2")]
+    (tmp_path / "lf.json").write_text(record() + "\n" + record(device_id="d2") + "\n")
+    (tmp_path / "crlf.json").write_text(record() + "\r\n" + record(device_id="d2") + "\r\n")
+    files = spark.read.text(str(tmp_path), wholetext=True).select(*file_columns())
+    lines = landing_records(files, config()).orderBy("source_file", "source_offset").collect()
+    typed = [(r.source_file.rsplit("/", 1)[1], r.raw, r.typed and r.typed.device_id) for r in lines]
+    assert typed == [
+        ("crlf.json", record(), None),  # a CRLF file is read a line at a time
+        ("crlf.json", record(device_id="d2"), None),
+        ("lf.json", record(), "d1"),
+        ("lf.json", record(device_id="d2"), "d2"),
+    ]
 
 
 def test_where_a_failed_value_would_be_skipped_each_line_is_read_alone(spark, tmp_path):
     """Spark skips a value that does not convert inside an array when partial JSON
     results are on, keeping a duplicate key's earlier value: then no file is read whole."""
     (tmp_path / "a.json").write_text(record() + "\n")
-    files = spark.read.option("wholetext", "true").text(str(tmp_path)).select(*file_columns())
+    files = spark.read.text(str(tmp_path), wholetext=True).select(*file_columns())
     spark.conf.set(PARTIAL_JSON_RESULTS, "true")
     try:
         [line] = landing_records(files, config()).collect()
