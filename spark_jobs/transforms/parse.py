@@ -2,14 +2,16 @@
 
 Input (from a source reader): ``raw`` (the record's text), ``source_partition``
 (Kafka's partition, or null for files: then taken from the payload's partition
-column), ``source_file``, ``source_offset``, ``ingest_time`` and, for CSV,
-``header`` (the file's first line).
+column), ``source_file``, ``source_offset``, ``ingest_time``, for CSV
+``header`` (the file's first line), and, from a JSON file, ``typed``: the record's
+element of the file's typed read (:func:`with_json_file_read`), when there is one.
 
 A payload field's value is what ``try_cast`` makes of its text: a value that is
 present but does not convert is a wrong type, not a null. Most JSON records are
-read once at the schema's types (as a Spark user's JSON source reads them); the
-rest are read again with every field as text, and both ways give one answer.
-One record gets one reason, the first that applies in :data:`REASONS` order.
+read once at the schema's types (as a Spark user's JSON source reads them; a JSON
+file's lines in one parse of the file); the rest are read again with every field
+as text, and both ways give one answer. One record gets one reason, the first that
+applies in :data:`REASONS` order.
 """
 
 from __future__ import annotations
