@@ -70,7 +70,7 @@ def split_lines(
     pairs = F.arrays_zip(*(column.alias(name) for name, column in columns.items()))
     exploded = arrays.select(
         F.posexplode(pairs).alias("pos", "pair"), "line_count", "header", "source_file", "ingest_time"
-    ).select("*", *(F.col(f"pair.{name}").alias(name) for name in columns))
+    ).select("*", *(F.col("pair").getField(name).alias(name) for name in columns))
     trailing = (F.col("pos") == F.col("line_count") - 1) & (F.col("line") == "")
     kept = exploded.where(~trailing & (F.col("pos") > 0 if has_header else F.lit(True)))
     header = without_carriage_return(F.col("header")) if has_header else F.lit(None).cast("string")
