@@ -212,7 +212,7 @@ def _with_parsed_fields(raw: DataFrame, config: PipelineConfig, horizon: Column)
     # A typed event time takes the fast path only when it passes every check, so that
     # no reject's detail needs its text.
     millis = _typed_millis(config)
-    stamp_ok = [] if millis is None else [in_timestamp_range(millis) & (millis <= horizon)]
+    stamp_ok = [] if millis is None else [in_timestamp_range(millis) & ~_beyond_horizon(millis, horizon)]
     fast = F.coalesce(_all([vouched, *finite, *stamp_ok]), F.lit(False))
     bracketed = F.concat(F.lit("["), line, F.lit("]"))
     elements = F.from_json(bracketed, f"ARRAY<STRUCT<{_text_schema(config)}>>", PERMISSIVE)
@@ -223,6 +223,11 @@ def _with_parsed_fields(raw: DataFrame, config: PipelineConfig, horizon: Column)
         .withColumn("elements", F.when(~F.col("fast"), elements))
         .withColumn("text", F.when(_one_value(line, F.size("elements")), F.col("elements")[0]))
     )
+
+
+def _beyond_horizon(millis: Column, horizon: Column) -> Column:
+    """An event time later than the processing time plus the allowed future skew."""
+    return millis > horizon
 
 
 def _typed_millis(config: PipelineConfig) -> Column | None:
@@ -324,7 +329,7 @@ def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datet
         ),
         (
             "future_timestamp",
-            is_data & (millis > horizon),
+            is_data & _beyond_horizon(millis, horizon),
             F.format_string(f"{stamp.column}: %s is beyond the allowed future skew", stamp_text),
         ),
     ]
