@@ -58,7 +58,8 @@ compose:
 # silver's clocks moved into its history commit, 36.3 with 656 before it, 56.6 with 642
 # before silver's windows became one overwrite; the machine's speed varies up to 2x within
 # an hour: the same crash-point test took 300 and 589 s), against about 65 serial: most of
-# the suite is CPU-bound Spark.
+# the suite is CPU-bound Spark. A third worker does not help: with 983 tests, 28.4 min under
+# -n 2, then 32.2 under -n 3 (beside a 7-minute benchmark), the cores 99.9 % busy throughout.
 test: setup browser compose lint
 	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
 
