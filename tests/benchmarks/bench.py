@@ -540,7 +540,7 @@ def latency_benchmark(
     registry = TableRegistry(config, str(work / ("latency-warm" if warm_up_s else "latency")))
     records = steady_fleet(200, 11, seconds, rate)
     per_file = max(1, int(rate // 2))
-    opening = int(warm_up_s * rate) // per_file * per_file
+    opening = max(per_file, int(warm_up_s * rate) // per_file * per_file) if warm_up_s else 0
     streams = [start_continuous(job, registry, [job]) for job in ("bronze", "silver")]
     try:
         if opening:
@@ -774,7 +774,7 @@ def main() -> None:
         "--latency-warm-up-seconds",
         type=float,
         default=10,
-        help="the warm latency run: the feed's opening seconds land and are judged first",
+        help="the warm latency run: the feed's opening seconds land and are judged first (0: no warm run)",
     )
     parser.add_argument("--tiny-repeats", type=int, default=3, help="tiny replays and bare jobs (medians)")
     parser.add_argument("--continuous-seconds", type=float, default=60, help="how long files land")
@@ -792,6 +792,8 @@ def main() -> None:
         parser.error("--throughput-repeats must be at least 1")
     if args.merge_repeats < 1:
         parser.error("--merge-repeats must be at least 1")
+    if args.latency_warm_up_seconds < 0:
+        parser.error("--latency-warm-up-seconds must not be negative")
 
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
     try:
@@ -808,7 +810,7 @@ def main() -> None:
         if args.only in (None, "merge"):
             results |= merge_benchmark(spark, config, args.merge_history_windows, args.merge_repeats, work)
         if args.only in (None, "latency"):
-            for warm_up_s in (0, args.latency_warm_up_seconds):
+            for warm_up_s in dict.fromkeys((0.0, args.latency_warm_up_seconds)):
                 results |= latency_benchmark(
                     spark, config, args.latency_seconds, args.latency_rate, work, warm_up_s
                 )
