@@ -537,7 +537,8 @@ def latency_benchmark(
     firing latency's median and p95 (a backlog, if the streams fall behind,
     counts in it). With ``warm_up_s``, the feed's first seconds land and are judged
     before the rest lands, and the figures' keys say ``warm``."""
-    registry = TableRegistry(config, str(work / ("latency-warm" if warm_up_s else "latency")))
+    warm = "_warm" if warm_up_s else ""
+    registry = TableRegistry(config, str(work / f"latency{warm}"))
     records = steady_fleet(200, 11, seconds, rate)
     per_file = max(1, int(rate // 2))
     opening = max(per_file, int(warm_up_s * rate) // per_file * per_file) if warm_up_s else 0
@@ -552,13 +553,12 @@ def latency_benchmark(
         for process in streams:
             stop_stream(process)
     latencies = sorted(firing_latencies(spark, config, registry))
-    kind = "firing_latency_warm" if warm_up_s else "firing_latency"
     return {
         "latency_events": len(records),
         "latency_rate_per_s": rate,
-        f"{'latency_warm' if warm_up_s else 'latency'}_fired_windows": len(latencies),
-        f"{kind}_median_s": round(statistics.median(latencies), 2),
-        f"{kind}_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 2),
+        f"latency{warm}_fired_windows": len(latencies),
+        f"firing_latency{warm}_median_s": round(statistics.median(latencies), 2),
+        f"firing_latency{warm}_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 2),
     }
 
 
