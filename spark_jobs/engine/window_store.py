@@ -5,16 +5,17 @@ into it, revisions move, and windows fire and close as the watermark passes them
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig
 from spark_jobs.delta_txn import PartitionWriter, partition_writer
 from spark_jobs.engine.clocks import VersionClock
 from spark_jobs.jobs.common import retry_on_conflict
-from spark_jobs.sql import column_of, null_safe_match
+from spark_jobs.sql import column_of, local_rows, null_safe_match
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
 from spark_jobs.transforms.windows import (
@@ -28,7 +29,7 @@ from spark_jobs.transforms.windows import (
 
 
 def firing_update(
-    watermark: int, lateness_ms: int, target: str | None = None
+    watermark: Column | int, lateness_ms: int, target: str | None = None
 ) -> tuple[F.Column, dict[str, F.Column]]:
     """For silver rows that received nothing: (condition, assignments) that fire the
     windows ``watermark`` has passed (revision 0 -> 1) and close the ones past their
@@ -49,6 +50,98 @@ def firing_update(
     }
 
 
+# What changes from one micro-batch to the next travels as data, in a one-row frame
+# joined in, not as literals: Spark writes long and timestamp literals into the Java
+# it generates, so a literal that changes makes every batch compile its stages again,
+# and the columns that read the constants are built once per pipeline rather than
+# through a few hundred JVM calls a batch.
+BATCH_CONSTANTS = (
+    "batch_watermark long, batch_now timestamp, run_versions array<long>, run_watermarks array<long>"
+)
+
+
+def batch_constants(spark: SparkSession, plan: Sequence[VersionClock], now: datetime) -> DataFrame:
+    """The micro-batch's final watermark, its time, and the run's micro-batches with the
+    watermark after each (:func:`revision_columns`), as one row of ``BATCH_CONSTANTS``."""
+    versions = [clock.version for clock in plan]
+    watermarks = [clock.watermark_after for clock in plan]
+    return local_rows(spark, [(plan[-1].watermark_after, now, versions, watermarks)], BATCH_CONSTANTS)
+
+
+@dataclass(frozen=True)
+class WindowUpdate:
+    """What a micro-batch makes of the windows in play, for one pipeline: the join
+    condition and every silver column, reading the batch's constants as columns."""
+
+    window_key: tuple[str, ...]
+    match: Column
+    columns: dict[str, Column]
+
+    @classmethod
+    def of(cls, config: PipelineConfig) -> WindowUpdate:
+        lateness = config.allowed_lateness_ms
+        watermark = F.col("batch_watermark")
+        window_key = ("window_start", "window_end", *config.key)
+        existed = F.col("t.status").isNotNull()
+        received = F.col("s.record_count").isNotNull()
+        due, fired = firing_update(watermark, lateness, target="t")
+        moves = revision_columns(F.col("run_versions"), F.col("run_watermarks"))
+        merged_revision = F.when(F.col("t.revision") >= 1, F.col("t.revision") + moves["refires"]).otherwise(
+            moves["revision_if_open"]
+        )
+        revision = (
+            F.when(existed & received, merged_revision)
+            .when(existed & due, fired["revision"])
+            .when(existed, F.col("t.revision"))
+            .otherwise(moves["revision_if_new"])
+        )
+        end_ms = F.unix_millis(F.coalesce(F.col("t.window_end"), F.col("s.window_end")))
+        merged = merged_measures(config)
+        finished = finished_measures(config)
+        columns = {
+            # Null-safe equal on the key: either side's value is the window's.
+            **{column: F.coalesce(column_of("t", column), column_of("s", column)) for column in window_key},
+            **{
+                column: F.when(existed & received, merged[column])
+                .when(existed, column_of("t", column))
+                .otherwise(finished[column])
+                for column in merged
+            },
+            "revision": revision,
+            "status": window_status(revision, end_ms, watermark, lateness),
+            "late_merged_count": F.coalesce(F.col("t.late_merged_count"), F.lit(0).cast("long")),
+            "updated_at": F.when(received | ~existed | due, F.col("batch_now")).otherwise(
+                F.col("t.updated_at")
+            ),
+        }
+        return cls(window_key, null_safe_match(window_key), columns)
+
+    def apply(self, in_play_windows: DataFrame, partials: DataFrame, constants: DataFrame) -> DataFrame:
+        """The windows in play after a micro-batch: ``partials`` (per window and key,
+        from :func:`window_partials`) merged into their windows or inserted as new ones,
+        revisions moved, and every window the final watermark passed fired or closed.
+        Windows nothing changed keep their ``updated_at``. ``constants``: :func:`batch_constants`."""
+        partials = partials.select(
+            "*",
+            F.timestamp_millis("window_start_ms").alias("window_start"),
+            F.timestamp_millis("window_end_ms").alias("window_end"),
+        )
+        joined = in_play_windows.alias("t").join(partials.alias("s"), self.match, "full_outer")
+        with_constants = joined.crossJoin(F.broadcast(constants))
+        return with_constants.select(*(self.columns[name].alias(name) for name in in_play_windows.columns))
+
+
+_UPDATES: dict[int, tuple[PipelineConfig, WindowUpdate]] = {}
+
+
+def window_update(config: PipelineConfig) -> WindowUpdate:
+    """The pipeline's :class:`WindowUpdate`, built on its first micro-batch in this process."""
+    found = _UPDATES.get(id(config))
+    if found is None or found[0] is not config:
+        found = _UPDATES[id(config)] = (config, WindowUpdate.of(config))
+    return found[1]
+
+
 def updated_windows(
     in_play_windows: DataFrame,
     partials: DataFrame,
@@ -56,52 +149,10 @@ def updated_windows(
     plan: Sequence[VersionClock],
     now: datetime,
 ) -> DataFrame:
-    """The windows in play after a micro-batch: ``partials`` (per window and key,
-    from :func:`window_partials`) merged into their windows or inserted as new ones,
-    revisions moved, and every window the final watermark passed fired or closed.
-    Windows nothing changed keep their ``updated_at``."""
-    lateness = config.allowed_lateness_ms
-    watermark = plan[-1].watermark_after
-    partials = partials.select(
-        "*",
-        F.timestamp_millis("window_start_ms").alias("window_start"),
-        F.timestamp_millis("window_end_ms").alias("window_end"),
-        *revision_columns([clock.version for clock in plan], [clock.watermark_after for clock in plan]),
-    )
-    window_key = ("window_start", "window_end", *config.key)
-    joined = in_play_windows.alias("t").join(partials.alias("s"), null_safe_match(window_key), "full_outer")
-    existed = F.col("t.status").isNotNull()
-    received = F.col("s.record_count").isNotNull()
-    due, fired = firing_update(watermark, lateness, target="t")
-    merged_revision = F.when(F.col("t.revision") >= 1, F.col("t.revision") + F.col("s.refires")).otherwise(
-        F.col("s.revision_if_open")
-    )
-    revision = (
-        F.when(existed & received, merged_revision)
-        .when(existed & due, fired["revision"])
-        .when(existed, F.col("t.revision"))
-        .otherwise(F.col("s.revision_if_new"))
-    )
-    end_ms = F.unix_millis(F.coalesce(F.col("t.window_end"), F.col("s.window_end")))
-    merged = merged_measures(config)
-    finished = finished_measures(config)
-    values = {
-        # Null-safe equal on the key: either side's value is the window's.
-        **{column: F.coalesce(column_of("t", column), column_of("s", column)) for column in window_key},
-        **{
-            column: F.when(existed & received, merged[column])
-            .when(existed, column_of("t", column))
-            .otherwise(finished[column])
-            for column in merged
-        },
-        "revision": revision,
-        "status": window_status(revision, end_ms, watermark, lateness),
-        "late_merged_count": F.coalesce(F.col("t.late_merged_count"), F.lit(0).cast("long")),
-        "updated_at": F.when(received | ~existed | due, F.lit(now).cast("timestamp")).otherwise(
-            F.col("t.updated_at")
-        ),
-    }
-    return joined.select(*(values[name].alias(name) for name in in_play_windows.columns))
+    """The windows in play after a micro-batch whose versions moved the watermark as
+    ``plan`` says (:meth:`WindowUpdate.apply`)."""
+    constants = batch_constants(in_play_windows.sparkSession, plan, now)
+    return window_update(config).apply(in_play_windows, partials, constants)
 
 
 def fired_windows(in_play_windows: DataFrame, watermark: int, lateness_ms: int, now: datetime) -> DataFrame:

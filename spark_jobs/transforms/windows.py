@@ -9,8 +9,6 @@ are pre-aggregated per (window, key) into mergeable partial aggregates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -36,7 +34,7 @@ def is_cleaned(window_end_ms: Column, watermark: Column | int, allowed_lateness_
 
 
 def window_status(
-    revision: Column, window_end_ms: Column, watermark: int, allowed_lateness_ms: int
+    revision: Column, window_end_ms: Column, watermark: Column | int, allowed_lateness_ms: int
 ) -> Column:
     """The status a window with ``revision`` has at ``watermark``."""
     return (
@@ -118,24 +116,23 @@ def window_partials(on_time: DataFrame, config: PipelineConfig) -> DataFrame:
     )
 
 
-def first_firing_version(versions: Sequence[int], watermarks_after: Sequence[int]) -> Column:
+def first_firing_version(versions: Column, watermarks_after: Column) -> Column:
     """The first micro-batch of this run after which ``window_end_ms`` fires
-    (watermark >= end - 1), or null. Watermarks never go backwards, so it is the
-    first position where the condition holds."""
-    if not versions:
-        return F.lit(None).cast("long")
-    marks = F.array(*[F.lit(w).cast("long") for w in watermarks_after])
+    (watermark >= end - 1), or null; ``versions`` and ``watermarks_after`` are array
+    columns in the run's order. Watermarks never go backwards, so it is the first
+    position where the condition holds."""
     position = F.array_position(
-        F.transform(marks, lambda w: is_fired(F.col("window_end_ms"), w)), F.lit(True)
+        F.transform(watermarks_after, lambda w: is_fired(F.col("window_end_ms"), w)), F.lit(True)
     )
-    listed = F.array(*[F.lit(v).cast("long") for v in versions])
-    return F.when(position > 0, F.element_at(listed, position.cast("int")))
+    return F.when(position > 0, F.element_at(versions, position.cast("int")))
 
 
-def revision_columns(versions: Sequence[int], watermarks_after: Sequence[int]) -> list[Column]:
+def revision_columns(versions: Column, watermarks_after: Column) -> dict[str, Column]:
     """How a (window, key)'s revision moves in this run (DESIGN §2, as the model):
     the first firing is revision 1 and includes everything received up to it;
-    each later micro-batch that adds records re-fires it (+1).
+    each later micro-batch that adds records re-fires it (+1). ``versions`` and
+    ``watermarks_after`` are the run's micro-batches and the watermark after each,
+    as array columns; a partial's own micro-batches are its ``versions`` column.
 
     ``revision_if_new``: the window first received records in this run.
     ``revision_if_open``: it existed but had not fired yet.
@@ -147,8 +144,8 @@ def revision_columns(versions: Sequence[int], watermarks_after: Sequence[int]) -
         later = F.size(F.filter(batches, lambda v: v > first))
         return F.when(fired_at.isNull(), F.lit(0)).otherwise(F.lit(1) + later)
 
-    return [
-        fired_then_refires(F.greatest(fired_at, F.element_at(batches, 1))).alias("revision_if_new"),
-        fired_then_refires(fired_at).alias("revision_if_open"),
-        F.size(batches).alias("refires"),
-    ]
+    return {
+        "revision_if_new": fired_then_refires(F.greatest(fired_at, F.element_at(batches, 1))),
+        "revision_if_open": fired_then_refires(fired_at),
+        "refires": F.size(batches),
+    }

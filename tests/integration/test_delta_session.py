@@ -19,9 +19,23 @@ from spark_jobs.tables import (
     ops_tables,
     table_version,
 )
+from tests.integration.conftest import classes_compiled, expressions_compiled
 from tests.unit.test_config import PIPELINES
 
 pytestmark = pytest.mark.spark
+
+
+def test_the_session_keeps_the_code_of_more_plans_than_sparks_default_hundred(spark):
+    # Each literal is written into its plan's generated class: 150 distinct classes.
+    def plan(number: int) -> int:
+        return spark.range(2).selectExpr(f"id * 7 + {number} AS value").agg({"value": "sum"}).first()[0]
+
+    with expressions_compiled(spark):
+        for number in range(150):
+            plan(number)
+        compiled = classes_compiled(spark)
+        assert [plan(number) for number in range(10)] == [7 + 2 * number for number in range(10)]
+        assert classes_compiled(spark) == compiled
 
 
 def test_session_uses_utc_and_only_local_jar_files(spark):

@@ -14,6 +14,7 @@ from spark_jobs.engine.window_store import updated_windows
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.tables import TableRegistry, changed_rows
 from spark_jobs.transforms.windows import CLOSED, FIRED, OPEN, in_play, window_partials
+from tests.integration.conftest import classes_compiled, expressions_compiled
 from tests.integration.engine import engine_config
 
 pytestmark = pytest.mark.spark
@@ -137,6 +138,20 @@ def test_a_window_nothing_changed_keeps_its_row_and_its_updated_at(spark):
         (0, "d1"): (1, 50.0, 50.0, 0, OPEN, millis(EARLIER)),
         (0, "d2"): (1, 60.0, 60.0, 0, OPEN, millis(NOW)),
     }
+
+
+def test_a_micro_batch_with_a_new_watermark_and_time_runs_the_code_of_the_one_before(spark):
+    # Spark writes long and timestamp literals into its generated code: passed as
+    # literals, every batch's watermark and time would compile the plan again.
+    stored = stored_after_first_batch(spark, [(0, "d1", 50.0, 1)], 10_000)
+    with expressions_compiled(spark):
+        rows(batch(spark, stored, [(0, "d1", 30.0, 2)], [(2, BEFORE_FIRING)], EARLIER))
+        compiled = classes_compiled(spark)
+
+        windows = batch(spark, stored, [(0, "d1", 30.0, 2)], [(2, AT_FIRING)], NOW)
+
+        assert rows(windows) == {(0, "d1"): (2, 30.0, 80.0, 1, FIRED, millis(NOW))}
+        assert classes_compiled(spark) == compiled
 
 
 def change_feed_rows(spark, rows: list[tuple[str, int, str, int]]):
