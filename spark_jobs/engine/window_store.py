@@ -73,7 +73,6 @@ class WindowUpdate:
     """What a micro-batch makes of the windows in play, for one pipeline: the join
     condition and every silver column, reading the batch's constants as columns."""
 
-    window_key: tuple[str, ...]
     match: Column
     columns: dict[str, Column]
 
@@ -114,7 +113,7 @@ class WindowUpdate:
                 F.col("t.updated_at")
             ),
         }
-        return cls(window_key, null_safe_match(window_key), columns)
+        return cls(null_safe_match(window_key), columns)
 
     def apply(self, in_play_windows: DataFrame, partials: DataFrame, constants: DataFrame) -> DataFrame:
         """The windows in play after a micro-batch: ``partials`` (per window and key,
@@ -131,15 +130,16 @@ class WindowUpdate:
         return with_constants.select(*(self.columns[name].alias(name) for name in in_play_windows.columns))
 
 
+# By the config's identity (a config is not hashable); holding the config keeps its
+# id from being given to another.
 _UPDATES: dict[int, tuple[PipelineConfig, WindowUpdate]] = {}
 
 
 def window_update(config: PipelineConfig) -> WindowUpdate:
     """The pipeline's :class:`WindowUpdate`, built on its first micro-batch in this process."""
-    found = _UPDATES.get(id(config))
-    if found is None or found[0] is not config:
-        found = _UPDATES[id(config)] = (config, WindowUpdate.of(config))
-    return found[1]
+    if id(config) not in _UPDATES:
+        _UPDATES[id(config)] = (config, WindowUpdate.of(config))
+    return _UPDATES[id(config)][1]
 
 
 def updated_windows(
