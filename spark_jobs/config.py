@@ -12,10 +12,10 @@ import functools
 import os
 import re
 import zoneinfo
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -217,6 +217,26 @@ class PipelineConfig:
             measures=self.measures,
             partitions=partitions,
         )
+
+
+Built = TypeVar("Built")
+
+
+def once_per_pipeline(build: Callable[..., Built]) -> Callable[..., Built]:
+    """``build(config, *choices)`` (the choices hashable) memoised by the config's
+    identity, a config not being hashable: the Spark columns a micro-batch is made of
+    are built on a pipeline's first batch in a process, not on every batch (each costs
+    JVM calls). The memo holds the config, so that its id is never given to another."""
+    built: dict[tuple[Hashable, ...], tuple[PipelineConfig, Built]] = {}
+
+    @functools.wraps(build)
+    def memoised(config: PipelineConfig, *choices: Hashable) -> Built:
+        key = (id(config), *choices)
+        if key not in built:
+            built[key] = (config, build(config, *choices))
+        return built[key][1]
+
+    return memoised
 
 
 SHIPPED_PIPELINES = Path(__file__).resolve().parent / "pipelines"

@@ -23,6 +23,7 @@ DataFrame writer cannot.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -34,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -57,6 +58,16 @@ JavaObject = Any
 
 class MissingColumns(ValueError):
     """Rows with a column the table lacks: write them with the schema merged instead."""
+
+
+@functools.lru_cache(maxsize=256)
+def _typed_as(schema: str) -> tuple[Column, ...]:
+    """The columns that give a frame the table schema ``schema`` (JSON), each cast to
+    its type: built once per schema, as each cast costs JVM calls on every write."""
+    return tuple(
+        F.col(quote_identifier(field.name)).cast(field.dataType).alias(field.name)
+        for field in StructType.fromJson(json.loads(schema))
+    )
 
 
 class Transaction:
@@ -94,11 +105,9 @@ class Transaction:
         """Write ``frame`` as new files of the table (partitioned and with statistics as
         the table says; nothing committed yet). Returns their ``AddFile`` actions."""
         # Typed as the table: an append through Delta's writer checks the schema, writeFiles does not.
-        schema = self.schema
-        _require_fields(schema, frame.schema)
-        typed = frame.select(
-            *(F.col(quote_identifier(field.name)).cast(field.dataType).alias(field.name) for field in schema)
-        )
+        schema = self._txn.metadata().schema().json()
+        _require_fields(StructType.fromJson(json.loads(schema)), frame.schema)
+        typed = frame.select(*_typed_as(schema))
         return [
             action
             for action in self._python_list(self._txn.writeFiles(typed._jdf))

@@ -89,6 +89,19 @@ def local_rows(spark: SparkSession, rows: Sequence[Sequence[object]], schema: St
     )
 
 
+def with_constants(frame: DataFrame, values: Sequence[object], schema: str) -> DataFrame:
+    """``frame`` with ``values`` on every row, as the columns of ``schema``, joined in
+    from a one-row frame (broadcast).
+
+    What changes from one micro-batch to the next travels as data, not as literals:
+    Spark writes long and timestamp literals into the Java it generates, so a literal
+    that changes makes every batch compile its stages again; and the columns that read
+    such values can be built once per pipeline
+    (:func:`~spark_jobs.config.once_per_pipeline`) rather than through a few hundred
+    JVM calls a batch."""
+    return frame.crossJoin(F.broadcast(local_rows(frame.sparkSession, [values], schema)))
+
+
 @dataclass(frozen=True)
 class _Codec:
     """How a value of one Spark type travels in JSON: its type on the wire (None:

@@ -11,11 +11,11 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.config import PipelineConfig
+from spark_jobs.config import PipelineConfig, once_per_pipeline
 from spark_jobs.delta_txn import PartitionWriter, partition_writer
 from spark_jobs.engine.clocks import VersionClock
 from spark_jobs.jobs.common import retry_on_conflict
-from spark_jobs.sql import column_of, local_rows, null_safe_match
+from spark_jobs.sql import column_of, null_safe_match, with_constants
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
 from spark_jobs.transforms.windows import (
@@ -50,22 +50,11 @@ def firing_update(
     }
 
 
-# What changes from one micro-batch to the next travels as data, in a one-row frame
-# joined in, not as literals: Spark writes long and timestamp literals into the Java
-# it generates, so a literal that changes makes every batch compile its stages again,
-# and the columns that read the constants are built once per pipeline rather than
-# through a few hundred JVM calls a batch.
+# The batch's final watermark, its time, and the run's micro-batches with the
+# watermark after each (:func:`revision_columns`), as data (:func:`with_constants`).
 BATCH_CONSTANTS = (
     "batch_watermark long, batch_now timestamp, run_versions array<long>, run_watermarks array<long>"
 )
-
-
-def batch_constants(spark: SparkSession, plan: Sequence[VersionClock], now: datetime) -> DataFrame:
-    """The micro-batch's final watermark, its time, and the run's micro-batches with the
-    watermark after each (:func:`revision_columns`), as one row of ``BATCH_CONSTANTS``."""
-    versions = [clock.version for clock in plan]
-    watermarks = [clock.watermark_after for clock in plan]
-    return local_rows(spark, [(plan[-1].watermark_after, now, versions, watermarks)], BATCH_CONSTANTS)
 
 
 @dataclass(frozen=True)
@@ -115,31 +104,32 @@ class WindowUpdate:
         }
         return cls(null_safe_match(window_key), columns)
 
-    def apply(self, in_play_windows: DataFrame, partials: DataFrame, constants: DataFrame) -> DataFrame:
-        """The windows in play after a micro-batch: ``partials`` (per window and key,
-        from :func:`window_partials`) merged into their windows or inserted as new ones,
-        revisions moved, and every window the final watermark passed fired or closed.
-        Windows nothing changed keep their ``updated_at``. ``constants``: :func:`batch_constants`."""
+    def apply(
+        self, in_play_windows: DataFrame, partials: DataFrame, plan: Sequence[VersionClock], now: datetime
+    ) -> DataFrame:
+        """The windows in play after a micro-batch whose versions moved the watermark as
+        ``plan`` says: ``partials`` (per window and key, from :func:`window_partials`)
+        merged into their windows or inserted as new ones, revisions moved, and every
+        window the final watermark passed fired or closed. Windows nothing changed keep
+        their ``updated_at``."""
         partials = partials.select(
             "*",
             F.timestamp_millis("window_start_ms").alias("window_start"),
             F.timestamp_millis("window_end_ms").alias("window_end"),
         )
         joined = in_play_windows.alias("t").join(partials.alias("s"), self.match, "full_outer")
-        with_constants = joined.crossJoin(F.broadcast(constants))
-        return with_constants.select(*(self.columns[name].alias(name) for name in in_play_windows.columns))
+        constants = (
+            plan[-1].watermark_after,
+            now,
+            [clock.version for clock in plan],
+            [clock.watermark_after for clock in plan],
+        )
+        return with_constants(joined, constants, BATCH_CONSTANTS).select(
+            *(self.columns[name].alias(name) for name in in_play_windows.columns)
+        )
 
 
-# By the config's identity (a config is not hashable); holding the config keeps its
-# id from being given to another.
-_UPDATES: dict[int, tuple[PipelineConfig, WindowUpdate]] = {}
-
-
-def window_update(config: PipelineConfig) -> WindowUpdate:
-    """The pipeline's :class:`WindowUpdate`, built on its first micro-batch in this process."""
-    if id(config) not in _UPDATES:
-        _UPDATES[id(config)] = (config, WindowUpdate.of(config))
-    return _UPDATES[id(config)][1]
+window_update = once_per_pipeline(WindowUpdate.of)
 
 
 def updated_windows(
@@ -151,8 +141,7 @@ def updated_windows(
 ) -> DataFrame:
     """The windows in play after a micro-batch whose versions moved the watermark as
     ``plan`` says (:meth:`WindowUpdate.apply`)."""
-    constants = batch_constants(in_play_windows.sparkSession, plan, now)
-    return window_update(config).apply(in_play_windows, partials, constants)
+    return window_update(config).apply(in_play_windows, partials, plan, now)
 
 
 def fired_windows(in_play_windows: DataFrame, watermark: int, lateness_ms: int, now: datetime) -> DataFrame:

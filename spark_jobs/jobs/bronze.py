@@ -102,7 +102,7 @@ class BronzeBatchWriter(BatchWriter):
             ).first()
         if counts["rejected"]:
             rejected, _ = counted(parsed, rejected=~valid)
-            rejects = reject_rows(rejected, registry.config.name, now)
+            rejects = reject_rows(rejected, registry.config.name)
             idempotent_append(rejects, registry.ops["rejects"], self.app_id, batch_id)
             crash_point("bronze:rejects")
         self.totals.batches += 1

@@ -23,9 +23,9 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.config import PipelineConfig
+from spark_jobs.config import PipelineConfig, once_per_pipeline
 from spark_jobs.session import PARTIAL_JSON_RESULTS
-from spark_jobs.sql import quote_identifier
+from spark_jobs.sql import quote_identifier, with_constants
 from spark_jobs.transforms.timestamps import (
     EPOCH_SCALE,
     event_time_millis,
@@ -159,8 +159,10 @@ def _surely_one_object(line: Column) -> Column:
     return line.startswith("{") & line.endswith("}") & ~before_last.contains(F.lit(bytearray(b"}")))
 
 
-def _with_parsed_fields(raw: DataFrame, config: PipelineConfig, horizon: Column) -> DataFrame:
-    """``raw`` with ``fast``, ``typed`` and ``text``.
+def _parsed_field_steps(config: PipelineConfig, file_read: bool, horizon: Column) -> list[tuple[str, Column]]:
+    """The columns, each added in turn, that give a raw record ``fast``, ``typed`` and
+    ``text`` (``file_read``: the raw records carry ``typed``, their element of their
+    file's typed read, :func:`with_json_file_read`).
 
     ``fast`` marks a JSON line that is one object whose typed fields all converted:
     ``typed`` holds its fields (the kinds of :func:`_json_typed_fields` at their type,
@@ -179,15 +181,15 @@ def _with_parsed_fields(raw: DataFrame, config: PipelineConfig, horizon: Column)
         # in the mark's place, and the mark is put back into the first field.
         marked = line.startswith(BYTE_ORDER_MARK)
         guarded = F.when(marked, F.concat(F.lit("x"), line.substr(F.lit(2), F.length(line)))).otherwise(line)
-        parsed = raw.withColumn(
-            "text", F.from_csv(guarded, _text_schema(config), {**PERMISSIVE, "escape": '"'})
-        )
         first_field = next(iter(config.schema))
         first = F.col("text").getField(first_field)
         restored = F.concat(F.lit(BYTE_ORDER_MARK), first.substr(F.lit(2), F.length(first)))
-        text = F.when(marked, F.col("text").withField(first_field, restored)).otherwise(F.col("text"))
-        no_typed_parse = F.lit(None).cast(f"STRUCT<{_fast_schema(config)}>")
-        return parsed.withColumns({"text": text, "fast": F.lit(False), "typed": no_typed_parse})
+        return [
+            ("text", F.from_csv(guarded, _text_schema(config), {**PERMISSIVE, "escape": '"'})),
+            ("text", F.when(marked, F.col("text").withField(first_field, restored)).otherwise(F.col("text"))),
+            ("fast", F.lit(False)),
+            ("typed", F.lit(None).cast(f"STRUCT<{_fast_schema(config)}>")),
+        ]
     # Spark's JSON parser stops after the first value and ignores the rest of the line,
     # so `{...}{...}` would land its first record and silently drop the second: hence
     # the bracketed reads. Inside an array a value that does not convert is nulled
@@ -198,10 +200,10 @@ def _with_parsed_fields(raw: DataFrame, config: PipelineConfig, horizon: Column)
     # (:func:`with_json_file_read`).
     typed = F.col("typed")
     json_typed = _json_typed_fields(config)
-    if "typed" in raw.columns:
-        read, vouched = raw, typed.isNotNull()
+    if file_read:
+        steps, vouched = [], typed.isNotNull()
     else:
-        read = raw.withColumn("typed", F.from_json(line, _fast_schema(config), PERMISSIVE))
+        steps = [("typed", F.from_json(line, _fast_schema(config), PERMISSIVE))]
         vouched = _surely_one_object(line) & typed.getField(CORRUPT).isNull()
     # JSON reads a number beyond the type's range as infinite; its text does not cast.
     finite = [
@@ -218,11 +220,12 @@ def _with_parsed_fields(raw: DataFrame, config: PipelineConfig, horizon: Column)
     elements = F.from_json(bracketed, f"ARRAY<STRUCT<{_text_schema(config)}>>", PERMISSIVE)
     # Each its own column, so a parse runs once however often it is referred to, and
     # the text parse only for the records the fast path did not take.
-    return (
-        read.withColumn("fast", fast)
-        .withColumn("elements", F.when(~F.col("fast"), elements))
-        .withColumn("text", F.when(_one_value(line, F.size("elements")), F.col("elements")[0]))
-    )
+    return [
+        *steps,
+        ("fast", fast),
+        ("elements", F.when(~F.col("fast"), elements)),
+        ("text", F.when(_one_value(line, F.size("elements")), F.col("elements")[0])),
+    ]
 
 
 def _beyond_horizon(millis: Column, horizon: Column) -> Column:
@@ -284,106 +287,146 @@ def _fields(config: PipelineConfig) -> dict[str, Field]:
     return fields
 
 
+# The micro-batch's processing time, and the latest event time it accepts (the
+# processing time plus the allowed future skew), as data (:func:`with_constants`).
+BATCH_CONSTANTS = "batch_processing_time timestamp, batch_horizon_ms long"
+
+
+@dataclass(frozen=True)
+class RecordParse:
+    """How a pipeline's raw records become bronze rows or rejects: the columns added
+    in turn, then the columns selected, reading the batch's constants as columns."""
+
+    steps: list[tuple[str, Column]]
+    columns: list[Column]
+
+    @classmethod
+    def of(cls, config: PipelineConfig, file_read: bool) -> RecordParse:
+        """``file_read``: the raw records carry their file's typed read."""
+        fields = _fields(config)
+        typed = {name: field.value for name, field in fields.items()}
+        stamp = config.event_time
+        stamp_text = fields[stamp.column].shown
+        # Its own column: each check that reads it would convert the text again.
+        # The text's conversion: a decimal, for any epoch number. A typed event time has
+        # passed every check on the fast path (:func:`_parsed_field_steps`), and keeps its long.
+        millis = F.col("millis")
+        typed_millis = _typed_millis(config)
+        judged_by_text = F.lit(True) if typed_millis is None else ~F.col("fast")
+        horizon = F.col("batch_horizon_ms")
+        marker = config.watermark.marker_column
+        is_data = ~fields[marker].present if marker else F.lit(True)
+        slow = ~F.col("fast")
+        corrupt = slow & (F.col("text").isNull() | F.col("text").getField(CORRUPT).isNotNull())
+
+        wrong_types = [
+            (
+                fields[name].present & typed[name].isNull(),
+                F.format_string(f"{name}: %s is not a {kind}", fields[name].shown),
+            )
+            for name, kind in config.schema.items()
+            if kind != "string"
+        ]
+        missing_keys = [(~fields[name].present, F.lit(f"{name} is missing")) for name in config.key]
+        partition = config.partition_column
+        checks: list[tuple[str, Column, Column]] = [
+            (
+                "empty_record",
+                slow & (F.col("raw").isNull() | (F.trim(F.col("raw")) == "")),
+                F.lit("no content"),
+            ),
+            ("malformed_record", corrupt, F.lit(f"not a valid {config.source.format.upper()} record")),
+            ("missing_key", is_data & _any([c for c, _ in missing_keys]), _first(missing_keys)),
+            ("missing_timestamp", ~fields[stamp.column].present, F.lit(f"{stamp.column} is missing")),
+            (
+                "unparseable_timestamp",
+                judged_by_text & millis.isNull(),
+                F.format_string(f"{stamp.column}: %s is not {stamp.format}", stamp_text),
+            ),
+            (
+                "timestamp_out_of_range",
+                ~in_timestamp_range(millis),
+                F.format_string(f"{stamp.column}: %s is outside years 1-9999", stamp_text),
+            ),
+            (
+                "future_timestamp",
+                is_data & _beyond_horizon(millis, horizon),
+                F.format_string(f"{stamp.column}: %s is beyond the allowed future skew", stamp_text),
+            ),
+        ]
+        if config.source.format == "csv":
+            expected = ",".join(config.schema)
+            mismatch = F.col("header") != F.lit(expected)
+            checks.insert(
+                2,
+                (
+                    "csv_header_mismatch",
+                    mismatch,
+                    F.format_string(f"file header %s is not {expected}", F.col("header")),
+                ),
+            )
+        if wrong_types:
+            checks.append(("wrong_type", _any([c for c, _ in wrong_types]), _first(wrong_types)))
+        if partition is not None and config.source.kind == "files":
+            checks.append(("missing_partition", ~fields[partition].present, F.lit(f"{partition} is missing")))
+
+        origin = F.coalesce(
+            F.substring_index(F.col("source_file"), "/", -1), F.lit(config.source.topic or "")
+        )
+        source_partition = F.coalesce(
+            F.col("source_partition"), typed[partition].cast("string") if partition else F.lit(None)
+        )
+        from_text = event_time_millis(stamp_text, stamp)
+        steps = [
+            *_parsed_field_steps(config, file_read, horizon),
+            ("millis", F.when(judged_by_text, from_text)),
+        ]
+        event_time = millis_to_timestamp(millis)
+        if typed_millis is not None:
+            event_time = F.when(F.col("fast"), F.timestamp_millis(typed_millis)).otherwise(event_time)
+        return cls(
+            steps,
+            [
+                *[typed[name].alias(name) for name in config.schema],
+                F.col("raw"),
+                # readable and unique by construction: file:line, or topic:partition:offset
+                F.concat_ws(":", origin, F.col("source_partition"), F.col("source_offset")).alias("event_id"),
+                source_partition.alias("source_partition"),
+                F.col("source_file"),
+                F.col("source_offset"),
+                event_time.alias("event_time"),
+                F.col("ingest_time"),
+                F.col("batch_processing_time").alias("processing_time"),
+                _first([(condition, F.lit(reason)) for reason, condition, _ in checks]).alias("reason"),
+                _first([(condition, detail) for _, condition, detail in checks]).alias("detail"),
+            ],
+        )
+
+
+record_parse = once_per_pipeline(RecordParse.of)
+
+
 def parse_records(raw: DataFrame, config: PipelineConfig, processing_time: datetime) -> DataFrame:
     """Add the typed payload, the bronze columns, and ``reason``/``detail`` (null when valid)."""
-    fields = _fields(config)
-    typed = {name: field.value for name, field in fields.items()}
-    stamp = config.event_time
-    stamp_text = fields[stamp.column].shown
-    # Its own column: each check that reads it would convert the text again.
-    # The text's conversion: a decimal, for any epoch number. A typed event time has
-    # passed every check on the fast path (:func:`_with_parsed_fields`), and keeps its long.
-    millis = F.col("millis")
-    typed_millis = _typed_millis(config)
-    judged_by_text = F.lit(True) if typed_millis is None else ~F.col("fast")
-    horizon = F.lit(int(processing_time.timestamp() * 1000) + stamp.max_future_skew_ms)
-    marker = config.watermark.marker_column
-    is_data = ~fields[marker].present if marker else F.lit(True)
-    slow = ~F.col("fast")
-    corrupt = slow & (F.col("text").isNull() | F.col("text").getField(CORRUPT).isNotNull())
-
-    wrong_types = [
-        (
-            fields[name].present & typed[name].isNull(),
-            F.format_string(f"{name}: %s is not a {kind}", fields[name].shown),
-        )
-        for name, kind in config.schema.items()
-        if kind != "string"
-    ]
-    missing_keys = [(~fields[name].present, F.lit(f"{name} is missing")) for name in config.key]
-    partition = config.partition_column
-    checks: list[tuple[str, Column, Column]] = [
-        ("empty_record", slow & (F.col("raw").isNull() | (F.trim(F.col("raw")) == "")), F.lit("no content")),
-        ("malformed_record", corrupt, F.lit(f"not a valid {config.source.format.upper()} record")),
-        ("missing_key", is_data & _any([c for c, _ in missing_keys]), _first(missing_keys)),
-        ("missing_timestamp", ~fields[stamp.column].present, F.lit(f"{stamp.column} is missing")),
-        (
-            "unparseable_timestamp",
-            judged_by_text & millis.isNull(),
-            F.format_string(f"{stamp.column}: %s is not {stamp.format}", stamp_text),
-        ),
-        (
-            "timestamp_out_of_range",
-            ~in_timestamp_range(millis),
-            F.format_string(f"{stamp.column}: %s is outside years 1-9999", stamp_text),
-        ),
-        (
-            "future_timestamp",
-            is_data & _beyond_horizon(millis, horizon),
-            F.format_string(f"{stamp.column}: %s is beyond the allowed future skew", stamp_text),
-        ),
-    ]
-    if config.source.format == "csv":
-        expected = ",".join(config.schema)
-        mismatch = F.col("header") != F.lit(expected)
-        checks.insert(
-            2,
-            (
-                "csv_header_mismatch",
-                mismatch,
-                F.format_string(f"file header %s is not {expected}", F.col("header")),
-            ),
-        )
-    if wrong_types:
-        checks.append(("wrong_type", _any([c for c, _ in wrong_types]), _first(wrong_types)))
-    if partition is not None and config.source.kind == "files":
-        checks.append(("missing_partition", ~fields[partition].present, F.lit(f"{partition} is missing")))
-
-    origin = F.coalesce(F.substring_index(F.col("source_file"), "/", -1), F.lit(config.source.topic or ""))
-    source_partition = F.coalesce(
-        F.col("source_partition"), typed[partition].cast("string") if partition else F.lit(None)
-    )
-    from_text = event_time_millis(stamp_text, stamp)
-    parsed = _with_parsed_fields(raw, config, horizon).withColumn("millis", F.when(judged_by_text, from_text))
-    event_time = millis_to_timestamp(millis)
-    if typed_millis is not None:
-        event_time = F.when(F.col("fast"), F.timestamp_millis(typed_millis)).otherwise(event_time)
-    return parsed.select(
-        *[typed[name].alias(name) for name in config.schema],
-        F.col("raw"),
-        # readable and unique by construction: file:line, or topic:partition:offset
-        F.concat_ws(":", origin, F.col("source_partition"), F.col("source_offset")).alias("event_id"),
-        source_partition.alias("source_partition"),
-        F.col("source_file"),
-        F.col("source_offset"),
-        event_time.alias("event_time"),
-        F.col("ingest_time"),
-        F.lit(processing_time).cast("timestamp").alias("processing_time"),
-        _first([(condition, F.lit(reason)) for reason, condition, _ in checks]).alias("reason"),
-        _first([(condition, detail) for _, condition, detail in checks]).alias("detail"),
-    )
+    parse = record_parse(config, "typed" in raw.columns)
+    horizon_ms = int(processing_time.timestamp() * 1000) + config.event_time.max_future_skew_ms
+    parsed = with_constants(raw, (processing_time, horizon_ms), BATCH_CONSTANTS)
+    for name, column in parse.steps:
+        parsed = parsed.withColumn(name, column)
+    return parsed.select(*parse.columns)
 
 
 def bronze_rows(parsed: DataFrame, bronze_columns: list[str]) -> DataFrame:
     return parsed.where(F.col("reason").isNull()).select(*bronze_columns)
 
 
-def reject_rows(parsed: DataFrame, pipeline: str, rejected_at: datetime) -> DataFrame:
+def reject_rows(parsed: DataFrame, pipeline: str) -> DataFrame:
+    """The rejected records of ``parsed``, rejected at its processing time."""
     return parsed.where(F.col("reason").isNotNull()).select(
         F.lit(pipeline).alias("pipeline"),
         F.col("raw").alias("raw_record"),
         F.col("reason"),
         F.col("detail"),
         *SOURCE_COLUMNS,
-        F.lit(rejected_at).cast("timestamp").alias("rejected_at"),
+        F.col("processing_time").alias("rejected_at"),
     )

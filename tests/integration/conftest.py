@@ -9,8 +9,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
@@ -21,7 +20,6 @@ import yaml
 from spark_jobs.config import load_pipeline
 from spark_jobs.generator import Manifest
 from spark_jobs.kafka_broker import KafkaBroker
-from spark_jobs.session import CODEGEN_FACTORY_MODE
 from spark_jobs.submit import submit_command, submit_env
 from spark_jobs.tables import TableRegistry
 from tests.integration.browser import chromium  # noqa: F401 (a fixture for the browser tests)
@@ -102,25 +100,6 @@ def kill_hard(process: subprocess.Popen) -> None:
 def delta_commits(table_path: str) -> int:
     log = Path(table_path) / "_delta_log"
     return len(list(log.glob("*.json"))) if log.exists() else 0
-
-
-@contextmanager
-def expressions_compiled(spark) -> Iterator[None]:
-    """Spark compiles expressions into generated classes meanwhile, as a job under the
-    throughput profile does (the tests' session interprets them)."""
-    interpreted = spark.conf.get(CODEGEN_FACTORY_MODE)
-    spark.conf.set(CODEGEN_FACTORY_MODE, "FALLBACK")
-    try:
-        yield
-    finally:
-        spark.conf.set(CODEGEN_FACTORY_MODE, interpreted)
-
-
-def classes_compiled(spark) -> int:
-    """How many classes this session's JVM has compiled from generated code so far
-    (a cache hit compiles nothing)."""
-    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
-    return metrics.METRIC_COMPILATION_TIME().getCount()
 
 
 def wait_for(condition, timeout: float, what: str, interval: float = 0.5) -> None:

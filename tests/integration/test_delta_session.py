@@ -19,7 +19,7 @@ from spark_jobs.tables import (
     ops_tables,
     table_version,
 )
-from tests.integration.conftest import classes_compiled, expressions_compiled
+from tests.generated_code import classes_compiled, expressions_compiled
 from tests.unit.test_config import PIPELINES
 
 pytestmark = pytest.mark.spark

@@ -14,7 +14,7 @@ from spark_jobs.engine.window_store import updated_windows
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.tables import TableRegistry, changed_rows
 from spark_jobs.transforms.windows import CLOSED, FIRED, OPEN, in_play, window_partials
-from tests.integration.conftest import classes_compiled, expressions_compiled
+from tests.generated_code import classes_compiled, expressions_compiled
 from tests.integration.engine import engine_config
 
 pytestmark = pytest.mark.spark

@@ -18,6 +18,7 @@ from spark_jobs.session import PARTIAL_JSON_RESULTS
 from spark_jobs.sources.files import file_columns, landing_records, split_lines
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.parse import parse_records, with_json_file_read
+from tests.generated_code import classes_compiled, expressions_compiled
 from tests.unit.test_config import PIPELINES
 
 pytestmark = pytest.mark.spark
@@ -47,14 +48,14 @@ def record(**overrides):
     return json.dumps({k: v for k, v in payload.items() if v is not ...})
 
 
-def parse(spark, lines, cfg=None, source_partition=None):
+def raw_records(spark, lines, source_partition=None):
     """Each line a record of its own, as a Kafka source gives them."""
     rows = [(line, source_partition, "/landing/f.json", i + 1, NOW, None) for i, line in enumerate(lines)]
-    raw = spark.createDataFrame(
-        rows,
-        RAW_SCHEMA,
-    )
-    return parse_records(raw, cfg or config(), NOW).collect()
+    return spark.createDataFrame(rows, RAW_SCHEMA)
+
+
+def parse(spark, lines, cfg=None, source_partition=None):
+    return parse_records(raw_records(spark, lines, source_partition), cfg or config(), NOW).collect()
 
 
 def parse_file(spark, lines, cfg=None):
@@ -86,6 +87,25 @@ def test_a_valid_record_is_typed_and_gets_all_three_times(spark, read):
     assert row.event_time == datetime(2026, 1, 1)
     assert row.ingest_time == datetime(2026, 6, 1, 12) and row.processing_time == datetime(2026, 6, 1, 12)
     assert row.source_partition == "2"
+
+
+def test_a_batch_at_a_new_processing_time_runs_the_code_of_the_one_before(spark):
+    # Spark writes timestamp and long literals into its generated code: passed as
+    # literals, every batch's processing time and horizon would compile the parse again.
+    cfg = config()
+    lines = [record(), record(battery="full")]
+    later = NOW + timedelta(seconds=1)
+    with expressions_compiled(spark):
+        parse_records(raw_records(spark, lines), cfg, NOW).collect()
+        compiled = classes_compiled(spark)
+
+        rows = parse_records(raw_records(spark, lines), cfg, later).collect()
+
+        assert [(row.reason, row.processing_time) for row in rows] == [
+            (None, datetime(2026, 6, 1, 12, 0, 1)),
+            ("wrong_type", datetime(2026, 6, 1, 12, 0, 1)),
+        ]
+        assert classes_compiled(spark) == compiled
 
 
 def test_event_ids_are_deterministic_and_distinct_per_coordinate(spark):
