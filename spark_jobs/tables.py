@@ -45,6 +45,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs.config import PipelineConfig
+from spark_jobs.jvm import java_class
 from spark_jobs.transforms.aggregates import measure_types
 
 CHANGE_FEED = ("delta.enableChangeDataFeed", "true")
@@ -86,7 +87,7 @@ def join(root: str, *parts: str) -> str:
 def hadoop_file(spark: SparkSession, path: str, *parts: str) -> tuple[Any, Any]:
     """(the Hadoop FileSystem, the Hadoop Path) of ``path`` joined with ``parts``:
     local folders and object stores alike, through the session's Hadoop settings."""
-    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(join(path, *parts))
+    hadoop_path = java_class(spark, "org.apache.hadoop.fs.Path")(join(path, *parts))
     return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
 
 
@@ -95,7 +96,7 @@ def read_text(spark: SparkSession, path: str, *parts: str) -> str:
     filesystem, hadoop_path = hadoop_file(spark, path, *parts)
     stream = filesystem.open(hadoop_path)
     try:
-        return spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        return java_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
     finally:
         stream.close()
 
@@ -469,7 +470,7 @@ def has_commits(spark: SparkSession, path: str) -> bool:
     process was creating the table (its log folder made, its first commit not yet
     written) says "no table" until something updates it."""
     filesystem, log = hadoop_file(spark, path, "_delta_log")
-    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
+    hadoop_path = java_class(spark, "org.apache.hadoop.fs.Path")
     if not filesystem.exists(log):
         return False
     if filesystem.exists(hadoop_path(log, FIRST_COMMIT)) or filesystem.exists(
@@ -521,9 +522,12 @@ def create_if_missing(spark: SparkSession, table: TableRef) -> bool:
     return False
 
 
+DELTA_LOG = "org.apache.spark.sql.delta.DeltaLog"
+
+
 def _delta_log(spark: SparkSession, path: str) -> Any:
     """The table's DeltaLog in the JVM, for what the log tells without a Spark job."""
-    return spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return java_class(spark, DELTA_LOG).forTable(spark._jsparkSession, path)
 
 
 def _log_changes(
@@ -531,8 +535,8 @@ def _log_changes(
 ) -> Iterator[Any]:
     """(version, actions) of each commit from ``start`` to ``end`` (inclusive); a
     missing commit file is skipped, or raises with ``fail_on_data_loss``."""
-    jvm = spark.sparkContext._jvm
-    changes = _delta_log(spark, path).getChanges(start, end, jvm.scala.Option.empty(), fail_on_data_loss)
+    nothing = java_class(spark, "scala.Option").empty()
+    changes = _delta_log(spark, path).getChanges(start, end, nothing, fail_on_data_loss)
     while changes.hasNext():
         yield changes.next()
 
@@ -540,8 +544,8 @@ def _log_changes(
 def table_version(spark: SparkSession, path: str) -> int:
     """The Delta table's latest version, from its log (milliseconds; reading the
     history is a Spark job that costs a fifth of a second per call)."""
-    jvm = spark.sparkContext._jvm
-    return _delta_log(spark, path).update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty()).version()
+    nothing = java_class(spark, "scala.Option").empty()
+    return _delta_log(spark, path).update(False, nothing, nothing).version()
 
 
 def never_written(spark: SparkSession, path: str) -> bool:

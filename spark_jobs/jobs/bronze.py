@@ -29,6 +29,7 @@ from spark_jobs.jobs.common import (
     run_stream,
     writer_stream,
 )
+from spark_jobs.jvm import java_class
 from spark_jobs.session import build_session
 from spark_jobs.sources import read_source
 from spark_jobs.sources.kafka import KafkaLatestOffsets, kafka_progress
@@ -123,7 +124,7 @@ def check_timezone(spark: SparkSession, config: PipelineConfig) -> None:
     database can be older than Python's, and an unknown zone would fail every batch."""
     if config.event_time.is_epoch:  # epoch values carry no zone
         return
-    zone_ids = spark.sparkContext._jvm.java.time.ZoneId
+    zone_ids = java_class(spark, "java.time.ZoneId")
     try:
         zone_ids.of(config.event_time.timezone, zone_ids.SHORT_IDS)
     except (Py4JJavaError, CapturedException):  # PySpark converts most Java errors

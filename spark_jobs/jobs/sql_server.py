@@ -28,6 +28,7 @@ from spark_jobs.catalog import (
 )
 from spark_jobs.config import configured_pipeline_files, parse_duration
 from spark_jobs.jobs.common import exit_on_config_error
+from spark_jobs.jvm import java_class
 from spark_jobs.sql_client import DEFAULT_HOST, DEFAULT_PORT
 from spark_jobs.tables import join, lakehouse_root
 
@@ -129,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     overrides = server_conf(args.host, args.port, state, local=False)
     spark = build_session("tidemark-sql-server", overrides=overrides)
     # Derby writes derby.log into the working directory unless told where its home is.
-    spark._jvm.java.lang.System.setProperty("derby.system.home", state)
+    java_class(spark, "java.lang.System").setProperty("derby.system.home", state)
 
     def register_new() -> list[str]:
         return register_tables(spark, [*configured, *lakehouse_tables(spark, root)])
 
     registered = register_new()
-    thrift = spark._jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2
+    thrift = java_class(spark, "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2")
     thrift.startWithContext(spark._jsparkSession.sqlContext())
     print(
         f"tidemark sql-server: listening on jdbc:hive2://{args.host}:{args.port} "

@@ -287,3 +287,35 @@ def test_an_append_under_a_transaction_id_is_recorded_and_seen_as_committed(spar
 
     again = Transaction(spark, history.path)
     assert again.has_committed("step", 4) and not again.has_committed("step", 5)
+
+
+def jobs_run(spark, action) -> int:
+    """How many Spark jobs ``action`` ran."""
+    group = "tidemark-counted"
+    spark.sparkContext.setJobGroup(group, "counted")
+    try:
+        action()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_table_as_created_has_no_files_to_replace_and_no_state_is_rebuilt_to_say_so(spark, tmp_path):
+    path = str(tmp_path / "created")
+    assert Transaction(spark, path).create(SCHEMA, ["status"], {})
+    txn = Transaction(spark, path)
+    found: list[list] = []
+
+    assert jobs_run(spark, lambda: found.append(txn.files_where("status IN ('open')"))) == 0
+    assert found == [[]]
+
+
+def test_a_first_version_that_wrote_rows_has_its_files_found(spark, tmp_path):
+    path = str(tmp_path / "written")
+    spark.createDataFrame([("a", 1, "open"), ("z", 9, "closed")], SCHEMA).write.format("delta").partitionBy(
+        "status"
+    ).save(path)
+
+    [open_file] = Transaction(spark, path).files_where("status IN ('open')")
+
+    assert open_file.partitionValues().get("status").get() == "open"
