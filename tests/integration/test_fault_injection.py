@@ -49,8 +49,9 @@ CONTINUOUS = ("--trigger", "continuous", "--interval", "500ms")
 # committed since the start, drawn from these ranges.
 STREAM_KILL_AFTER = (1, 14)
 MERGE_KILL_AFTER = (1, 3)
-# Files land one every few seconds all through the storm (the fleet would last far
-# longer); what is left lands at once after it.
+# Files land one every few seconds all through the storm, each run releasing an equal
+# share of them, so a slow machine's long runs cannot exhaust the fleet before the
+# last run starts; what is left lands at once after it.
 RECORDS_PER_FILE = 6
 SECONDS_PER_FILE = 3.0
 
@@ -95,19 +96,23 @@ def kill_after_progress(
 
 
 class Lander(threading.Thread):
-    """Lands ``files`` one every ``SECONDS_PER_FILE`` until told to stop; then the
-    rest at once."""
+    """Lands ``files`` one every ``SECONDS_PER_FILE`` while its released share lasts
+    (``release``) until told to stop; then the rest at once."""
 
     def __init__(self, files: list[list[str]], landing: Path) -> None:
         super().__init__(daemon=True)
         self.files, self.landing = files, landing
-        self.landed = 0
+        self.landed = self.released = 0
         self.stopping = threading.Event()
+
+    def release(self, count: int) -> None:
+        self.released = min(len(self.files), self.released + count)
 
     def run(self) -> None:
         while self.landed < len(self.files) and not self.stopping.wait(SECONDS_PER_FILE):
-            land_files([self.files[self.landed]], self.landing, "json")
-            self.landed += 1
+            if self.landed < self.released:
+                land_files([self.files[self.landed]], self.landing, "json")
+                self.landed += 1
 
     def finish(self) -> None:
         self.stopping.set()
@@ -148,6 +153,7 @@ def test_kill_9s_mid_work_while_files_land_lose_and_double_nothing(spark, tmp_pa
         for index in range(STREAM_KILLS):
             trace = tmp_path / f"run-{index}.trace"
             landed_before = lander.landed
+            lander.release(len(files) // STREAM_KILLS)
             writes = kill_after_progress(
                 "run", CONTINUOUS, pipeline, lakehouse, trace, STREAM_KILL_AFTER, rng
             )
