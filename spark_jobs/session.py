@@ -65,12 +65,16 @@ class JvmProfile:
 # - short-jobs: C1 only, one compiler thread, the serial collector, interpreted
 #   expressions. The same replay takes 60 CPU-seconds in 45 s; but 300 k events
 #   through silver take 19 s, not 12. For jobs of seconds and tiny batches on a small
-#   machine (the test suite).
+#   machine (the test suite). C1 alone also shrinks the code cache to 48 MB, which
+#   Spark and Delta fill within minutes; then the sweeper evicts and C1 compiles again:
+#   two integration test files on one C1-only session took 327 CPU-s (the sweeper 73),
+#   with the tiered size 210.
 DEFAULT_PROFILE = "throughput"
 JVM_PROFILES = {
     DEFAULT_PROFILE: JvmProfile(),
     "short-jobs": JvmProfile(
-        "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC", INTERPRETED_EXPRESSIONS
+        "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m",
+        INTERPRETED_EXPRESSIONS,
     ),
 }
 

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from spark_jobs import jvm_archive
 from spark_jobs.jobs import replay
 from spark_jobs.jvm_archive import DUMP_VARIABLE
-from spark_jobs.session import JVM_PROFILE_VARIABLE, SHORT_JOB_RECORDS, profile_for_records, spark_conf
+from spark_jobs.session import (
+    JVM_PROFILE_VARIABLE,
+    JVM_PROFILES,
+    SHORT_JOB_RECORDS,
+    profile_for_records,
+    spark_conf,
+)
 from tests.unit.test_config import PIPELINES
 
 
@@ -52,6 +64,20 @@ def test_the_short_jobs_profile_gives_driver_and_executors_c1_and_the_serial_col
         options = conf[f"spark.{side}.extraJavaOptions"].split()
         assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= set(options)
         assert "-Duser.timezone=UTC" in options
+
+
+def java_flag(options: str, flag: str) -> int:
+    """The value the JVM settles on for ``flag`` when started with ``options``."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    command = [java, *options.split(), "-XX:+PrintFlagsFinal", "-version"]
+    printed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return int(re.search(rf"\b{flag}\s+= (\d+)", printed).group(1))
+
+
+def test_a_short_jobs_jvm_keeps_a_code_cache_that_minutes_of_spark_do_not_fill():
+    # C1 alone would shrink it to 48 MB, and evict and compile again once it is full.
+    assert java_flag(JVM_PROFILES["short-jobs"].java_options, "ReservedCodeCacheSize") >= 240 * 2**20
 
 
 def test_the_short_jobs_profile_interprets_expressions_instead_of_compiling_them(monkeypatch):
