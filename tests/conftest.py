@@ -55,17 +55,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))
 
 
-# The session's JVM runs ever-new plans over a few records for the whole run: at the
-# JDK's thresholds its C2 compiler thread took 29 % of its CPU (silver engine and offline
-# detection files: 224 and 240 CPU-s), compiling methods that then ran little more.
-# Ten times the thresholds leave C2 the hot loops: 204 CPU-s over the same wall time
-# (C2's share 14 %). C1 alone took 327 CPU-s and a third longer.
-C2_FOR_HOT_CODE_ONLY = (
-    "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000"
-    " -XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
-)
-
-
 @pytest.fixture(scope="session")
 def spark():
     from spark_jobs.session import build_session
@@ -86,7 +75,7 @@ def spark():
                 # One long-lived driver on two cores: G1's concurrent threads cost it more
                 # than they save. Five in-process tests (late merge, crash points) took
                 # 213 and 240 CPU-s with the serial collector against 254 and 262 with G1.
-                "spark.driver.extraJavaOptions": f"{java_options} -XX:+UseSerialGC {C2_FOR_HOT_CODE_ONLY}",
+                "spark.driver.extraJavaOptions": f"{java_options} -XX:+UseSerialGC",
             },
         )
     session.sparkContext.setLogLevel("ERROR")
