@@ -478,6 +478,21 @@ def test_a_file_of_objects_whose_values_convert_is_read_in_one_parse(spark):
     assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
 
 
+def test_lines_that_only_joined_make_one_object_each_are_read_alone(spark):
+    """Joined by commas these lines are an array of two objects, one ``}`` each, but
+    the first line alone is an object with trailing text: the file's parse would
+    give it the first object, so each line is read alone and the first rejected."""
+    lines = [record() + ', {"device_id": "d2"', '"region": "south"}']
+    cfg = config()
+    files = spark.createDataFrame(
+        [("".join(f"{line}\n" for line in lines), "/landing/f.json", NOW)],
+        "value string, source_file string, ingest_time timestamp",
+    )
+    raw = split_lines(files, has_header=False, read_file=lambda files: with_json_file_read(files, cfg))
+    assert [row.typed for row in raw.collect()] == [None, None]
+    assert [row.reason for row in parse_file(spark, lines)] == ["malformed_record", "malformed_record"]
+
+
 def test_the_file_source_hands_the_parse_each_lines_typed_read(spark, tmp_path):
     """Guards the cheap path: the landing zone's JSON files reach the parse with the
     whole file's typed read, so no valid line is parsed on its own."""
