@@ -26,10 +26,12 @@ from tidemark_airflow.operators import (
     SupervisedStreamOperator,
     TidemarkJobOperator,
     dag_settings,
+    jvm_profile_param,
     pipeline_param,
 )
 
 STREAMS = ("bronze", "silver", "gold", "offline")
+JVM_PROFILE = "{{ params.jvm_profile or '' }}"
 
 
 @dag(
@@ -47,6 +49,7 @@ STREAMS = ("bronze", "silver", "gold", "offline")
             type="boolean",
             description="the four streams as queries of one Spark application (off: a submit each)",
         ),
+        "jvm_profile": jvm_profile_param(),
     },
     **dag_settings("streaming"),
 )
@@ -73,6 +76,7 @@ def tidemark_streaming() -> None:
                 task_id=job,
                 job=job,
                 job_args=[*PIPELINE_ARGS, "--trigger", "available-now"],
+                jvm_profile=JVM_PROFILE,
                 outlets={"silver": [QUARANTINE_ASSET], "gold": [GOLD_ASSET], "offline": [STATUS_ASSET]}.get(
                     job, []
                 ),
@@ -84,6 +88,7 @@ def tidemark_streaming() -> None:
             task_id="pipeline",
             job="run",
             job_args=[*PIPELINE_ARGS, "--trigger", "available-now"],
+            jvm_profile=JVM_PROFILE,
             outlets=[QUARANTINE_ASSET, GOLD_ASSET, STATUS_ASSET],
         )
 
@@ -97,6 +102,7 @@ def tidemark_streaming() -> None:
                 checkpoint=f"{{{{ checkpoint_of(params.pipeline, '{job}') }}}}",
                 stall_after=STALL_AFTER,
                 retries=5,
+                jvm_profile=JVM_PROFILE,
             )
         SupervisedStreamOperator(
             task_id="pipeline",
@@ -105,6 +111,7 @@ def tidemark_streaming() -> None:
             checkpoint="{{ checkpoint_of(params.pipeline) }}",
             stall_after=STALL_AFTER,
             retries=5,
+            jvm_profile=JVM_PROFILE,
         )
 
     choose_mode() >> [available_now, continuous]

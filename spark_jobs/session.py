@@ -97,18 +97,21 @@ def is_local_master(master: str) -> bool:
     return master.startswith("local")
 
 
-def jvm_profile(default: str = DEFAULT_PROFILE) -> JvmProfile:
-    """The profile ``$TIDEMARK_JVM_PROFILE`` names, else ``default``."""
-    profile = os.environ.get(JVM_PROFILE_VARIABLE) or default
+def jvm_profile(default: str = DEFAULT_PROFILE, chosen: str | None = None) -> JvmProfile:
+    """The profile ``chosen`` for one job, else the one ``$TIDEMARK_JVM_PROFILE`` names,
+    else ``default``."""
+    profile = chosen or os.environ.get(JVM_PROFILE_VARIABLE) or default
     if profile not in JVM_PROFILES:
-        raise ValueError(f"{JVM_PROFILE_VARIABLE}={profile!r}: expected one of {', '.join(JVM_PROFILES)}")
+        source = "the job's profile" if chosen else JVM_PROFILE_VARIABLE
+        raise ValueError(f"{source}={profile!r}: expected one of {', '.join(JVM_PROFILES)}")
     return JVM_PROFILES[profile]
 
 
-def base_conf(default_profile: str = DEFAULT_PROFILE) -> dict[str, str]:
+def base_conf(default_profile: str = DEFAULT_PROFILE, chosen_profile: str | None = None) -> dict[str, str]:
     """What every session needs wherever it runs: Delta, the jars, UTC everywhere,
-    and the JVM profile (``$TIDEMARK_JVM_PROFILE``, else ``default_profile``)."""
-    profile = jvm_profile(default_profile)
+    and the JVM profile (``chosen_profile``, else ``$TIDEMARK_JVM_PROFILE``, else
+    ``default_profile``)."""
+    profile = jvm_profile(default_profile, chosen_profile)
     conf = {
         **profile.spark_conf,
         "spark.jars": ",".join(local_jars()),
@@ -172,10 +175,13 @@ def profile_conf(local: bool) -> dict[str, str]:
 
 
 def spark_conf(
-    local: bool = True, overrides: Mapping[str, str] | None = None, default_profile: str = DEFAULT_PROFILE
+    local: bool = True,
+    overrides: Mapping[str, str] | None = None,
+    default_profile: str = DEFAULT_PROFILE,
+    chosen_profile: str | None = None,
 ) -> dict[str, str]:
     """Delta, the local jars, UTC everywhere, and small-machine defaults when ``local``."""
-    return {**base_conf(default_profile), **profile_conf(local), **(overrides or {})}
+    return {**base_conf(default_profile, chosen_profile), **profile_conf(local), **(overrides or {})}
 
 
 def build_session(

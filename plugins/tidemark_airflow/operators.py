@@ -23,7 +23,7 @@ from airflow.sdk import Asset, BaseHook, Param
 from airflow.sdk.exceptions import AirflowException
 
 from spark_jobs.config import configured_pipeline_files, load_pipeline, pipeline_path
-from spark_jobs.session import is_local_master, spark_conf
+from spark_jobs.session import JVM_PROFILE_VARIABLE, JVM_PROFILES, is_local_master, spark_conf
 from spark_jobs.submit import job_script, package_zip
 from spark_jobs.tables import join, lakehouse_root
 from tidemark_airflow import SPARK_CONN_ID
@@ -65,6 +65,17 @@ def pipeline_param() -> Param:
     )
 
 
+def jvm_profile_param() -> Param:
+    """A run's choice of its jobs' JVM profile (none: the workers' default)."""
+    return Param(
+        None,
+        type=["null", "string"],
+        enum=[None, *JVM_PROFILES],
+        description="the jobs' JVM profile: throughput for streams that run for hours, short-jobs "
+        "for seconds-long ones on a small machine (empty: $TIDEMARK_JVM_PROFILE, else throughput)",
+    )
+
+
 def checkpoint_of(pipeline: str, job: str | None = None) -> str:
     """Where a streaming job keeps its checkpoint by default (jobs/common.py); with
     no job, the folder of the pipeline's checkpoints (``tidemark run``'s queries)."""
@@ -89,7 +100,11 @@ class TidemarkJobOperator(SparkSubmitOperator):
     factory's settings (Delta, the local jars, UTC) for the connection's master
     and this interpreter for the Python driver and workers; on a cluster the
     executors' workers run ``$TIDEMARK_EXECUTOR_PYTHON`` when set (their image's
-    Python). ``conf`` overrides the factory's settings, ``env`` the environment."""
+    Python). ``conf`` overrides the factory's settings, ``env`` the environment.
+    ``jvm_profile`` (templated; empty: the worker's ``$TIDEMARK_JVM_PROFILE``, else
+    throughput) picks the job's JVM profile, :data:`~spark_jobs.session.JVM_PROFILES`."""
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "jvm_profile")
 
     def __init__(
         self,
@@ -98,8 +113,10 @@ class TidemarkJobOperator(SparkSubmitOperator):
         job_args: Sequence[str] | Any,
         env: Mapping[str, str] | None = None,
         conf: Mapping[str, Any] | None = None,
+        jvm_profile: str | None = None,
         **kwargs: Any,
     ) -> None:
+        self.jvm_profile = jvm_profile
         interpreter = {
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -130,7 +147,10 @@ class TidemarkJobOperator(SparkSubmitOperator):
         cluster, the package zip joins ``py_files``. Idempotent (a retry settles again)."""
         connection = BaseHook.get_connection(self.spark_conn_id)
         local = is_local_master(spark_master(connection.conn_type, connection.host, connection.port))
-        self.conf = spark_conf(local=local, overrides=self.conf)
+        chosen = self.jvm_profile or None
+        self.conf = spark_conf(local=local, overrides=self.conf, chosen_profile=chosen)
+        if chosen is not None:  # the driver's session repeats the profile's settings
+            self.env_vars = {**(self.env_vars or {}), JVM_PROFILE_VARIABLE: chosen}
         if not local:
             shipped = [path for path in (self.py_files or "").split(",") if path]
             package = package_zip()

@@ -23,7 +23,6 @@ from pyspark.sql import functions as F
 from tidemark_airflow.standalone import processes_of, wait
 
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds
-from spark_jobs.session import JVM_PROFILE_VARIABLE
 from tests.integration.airflow_standalone import (
     airflow_standalone,
     command_line,
@@ -65,6 +64,7 @@ class MemorySampler(threading.Thread):
         self.peak_total_mb = 0.0
         self.peak_airflow_mb = 0.0
         self.peak_job_mb: dict[str, float] = defaultdict(float)
+        self.job_profiles: dict[str, set[str]] = defaultdict(set)
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -77,6 +77,9 @@ class MemorySampler(threading.Thread):
                     airflow_mb += resident
                 else:
                     jobs_mb[job] += resident
+                    profile = jvm_profile_of(pid)
+                    if profile is not None:
+                        self.job_profiles[job].add(profile)
             self.peak_airflow_mb = max(self.peak_airflow_mb, airflow_mb)
             self.peak_total_mb = max(self.peak_total_mb, airflow_mb + sum(jobs_mb.values()))
             for job, megabytes in jobs_mb.items():
@@ -96,6 +99,15 @@ def resident_mb(pid: int) -> float:
 def job_runs(pid: int, job: str) -> bool:
     """The JVM or Python driver of a spark-submit of ``job``."""
     return any(argument.endswith(f"jobs/{job}.py") for argument in command_line(pid))
+
+
+def jvm_profile_of(pid: int) -> str | None:
+    """The JVM profile a job's driver JVM runs under, from its command line (None: not
+    the driver's JVM, say its Python or spark-submit's launcher)."""
+    arguments = command_line(pid)
+    if not arguments or not arguments[0].endswith("java") or "org.apache.spark.launcher.Main" in arguments:
+        return None
+    return "short-jobs" if "-XX:TieredStopAtLevel=1" in arguments else "throughput"
 
 
 def count(spark, path: str, where: str = "true") -> int:
@@ -160,9 +172,6 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
         "TIDEMARK_PIPELINES": str(pipeline),
         # The new scheduler looks for the dead one's tasks soon, not after 5 minutes.
         "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "20",
-        # The pipeline's application streams for ten minutes: C2 pays off (under the
-        # suite's short-jobs profile the soak took 14 % longer).
-        JVM_PROFILE_VARIABLE: "throughput",
     }
     began, moments = time.monotonic(), {}
 
@@ -175,7 +184,12 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
         sampler = MemorySampler(standalone.home)
         sampler.start()
         airflow.wait_for_dags(list(DAGS))
-        streaming = airflow.trigger("tidemark_streaming", {"mode": "continuous", "interval": "5s"})
+        # The pipeline's application streams for ten minutes: C2 pays off (under the
+        # suite's short-jobs profile the soak took 14 % longer). The merges and checks
+        # beside it run for a minute each: they keep the suite's short-jobs.
+        streaming = airflow.trigger(
+            "tidemark_streaming", {"mode": "continuous", "interval": "5s", "jvm_profile": "throughput"}
+        )
         for dag_id in DAGS:
             airflow.unpause(dag_id)
         try:
@@ -275,6 +289,12 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
 
     reached("stopped")
     assert standalone.leftovers == [], "Airflow left processes behind"
+    # The run chose its application's profile; the merges and checks kept the workers'.
+    assert dict(sampler.job_profiles) == {
+        "run": {"throughput"},
+        "merge_late": {"short-jobs"},
+        "check_idle": {"short-jobs"},
+    }
     assert passes and set(passes) == {"skipped"}, passes
     assert_bronze_reconciles(spark, registry, manifest, fleet)
     statuses = quarantine_by_status(spark, registry)

@@ -109,6 +109,17 @@ def test_the_streams_run_as_one_application_unless_asked_to_scale_out(dagbag):
     ]
 
 
+def test_every_streaming_job_runs_under_the_profile_its_run_chose_or_the_workers(dagbag):
+    from tidemark_airflow.operators import TidemarkJobOperator
+
+    dag = dagbag.dags["tidemark_streaming"]
+    jobs = [task for task in dag.tasks if isinstance(task, TidemarkJobOperator)]
+    assert len(jobs) == 10 and dag.params["jvm_profile"] is None
+    for chosen, rendered in ((None, ""), ("throughput", "throughput")):
+        context = {"params": {"jvm_profile": chosen}}
+        assert {task.render_template(task.jvm_profile, context) for task in jobs} == {rendered}
+
+
 def test_a_scheduled_pass_gives_way_to_a_triggered_run_queued_behind_it(dagbag):
     scheduled = {"mode": "available-now", "one_application": True}
     assert choose_mode(dagbag, scheduled, Runs("scheduled", 1)) is None

@@ -105,6 +105,19 @@ def test_the_variable_overrides_a_jobs_default_profile(monkeypatch):
     assert "spark.sql.codegen.factoryMode" not in conf
 
 
+def test_a_profile_chosen_for_the_job_overrides_the_variable(monkeypatch):
+    monkeypatch.setenv(JVM_PROFILE_VARIABLE, "short-jobs")
+    conf = spark_conf(chosen_profile="throughput")
+    assert "TieredStopAtLevel" not in conf["spark.driver.extraJavaOptions"]
+    assert "spark.sql.codegen.factoryMode" not in conf
+
+
+def test_an_unknown_chosen_profile_is_an_error_naming_the_choices(monkeypatch):
+    monkeypatch.setenv(JVM_PROFILE_VARIABLE, "throughput")
+    with pytest.raises(ValueError, match=r"the job's profile='fast'.*throughput, short-jobs"):
+        spark_conf(chosen_profile="fast")
+
+
 def test_an_input_of_up_to_the_short_job_size_gets_short_jobs_and_a_larger_one_throughput():
     assert profile_for_records(24) == "short-jobs"
     assert profile_for_records(SHORT_JOB_RECORDS) == "short-jobs"
