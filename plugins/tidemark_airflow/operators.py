@@ -71,8 +71,9 @@ def jvm_profile_param() -> Param:
         None,
         type=["null", "string"],
         enum=[None, *JVM_PROFILES],
-        description="the jobs' JVM profile: throughput for streams that run for hours, short-jobs "
-        "for seconds-long ones on a small machine (empty: $TIDEMARK_JVM_PROFILE, else throughput)",
+        values_display={"null": "the workers' default"},
+        description="the jobs' JVM profile: throughput for streams that run for hours, short-jobs for "
+        "seconds-long ones on a small machine (the workers' default: $TIDEMARK_JVM_PROFILE, else throughput)",
     )
 
 

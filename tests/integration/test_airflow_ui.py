@@ -363,13 +363,14 @@ def test_a_run_link_on_the_framed_page_opens_the_run_in_the_ui_not_inside_the_fr
     )
 
 
-def test_the_late_merge_trigger_form_offers_its_params(airflow, chromium):
-    airflow.client.wait_for_dags(["tidemark_late_merge"])
+def trigger_form(airflow, chromium, dag_id: str, param: str) -> str:
+    """The text of ``dag_id``'s trigger form in the UI, once it shows ``param``."""
+    airflow.client.wait_for_dags([dag_id])
     chromium.call("Page.navigate", url=f"{airflow.url}/auth/login")
     log_in(chromium, airflow.username, airflow.password)
     chromium.wait_for("location.pathname !== '/auth/login'", "the login to finish")
 
-    chromium.call("Page.navigate", url=f"{airflow.url}/dags/tidemark_late_merge")
+    chromium.call("Page.navigate", url=f"{airflow.url}/dags/{dag_id}")
     trigger = "[...document.querySelectorAll('button')].find(b => b.textContent.trim() === 'Trigger')"
     chromium.wait_for(f"!!({trigger})", "the DAG page's Trigger button")
     chromium.evaluate(f"({trigger}).click()")
@@ -378,8 +379,20 @@ def test_the_late_merge_trigger_form_offers_its_params(airflow, chromium):
         "[...document.querySelectorAll('[role=dialog]')].map(d => d.innerText)"
         ".find(text => text.startsWith('Trigger Dag')) ?? ''"
     )
-    chromium.wait_for(f"({form_text}).includes('dry_run')", "the trigger form with the dry_run Param")
-    shown = chromium.evaluate(form_text)
+    chromium.wait_for(f"({form_text}).includes({param!r})", f"the trigger form with the {param} Param")
+    return chromium.evaluate(form_text)
+
+
+def test_the_late_merge_trigger_form_offers_its_params(airflow, chromium):
+    shown = trigger_form(airflow, chromium, "tidemark_late_merge", "dry_run")
     for param in ("pipeline", "dry_run", "from", "to"):
         assert f"\n{param}\n" in shown, f"the trigger form lacks the {param!r} Param"
     assert "print what would change; write nothing" in shown
+
+
+def test_the_streaming_trigger_form_offers_the_jvm_profile(airflow, chromium):
+    shown = trigger_form(airflow, chromium, "tidemark_streaming", "jvm_profile")
+    for param in ("pipeline", "mode", "interval", "one_application", "jvm_profile"):
+        assert f"\n{param}\n" in shown, f"the trigger form lacks the {param!r} Param"
+    assert "throughput for streams that run for hours" in shown
+    assert "\njvm_profile\nthe workers' default\n" in shown  # the empty choice, named
