@@ -23,6 +23,7 @@ from pyspark.sql import functions as F
 from tidemark_airflow.standalone import processes_of, wait
 
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds
+from spark_jobs.session import DEFAULT_PROFILE, JVM_PROFILES
 from tests.integration.airflow_standalone import (
     airflow_standalone,
     command_line,
@@ -107,7 +108,11 @@ def jvm_profile_of(pid: int) -> str | None:
     arguments = command_line(pid)
     if not arguments or not arguments[0].endswith("java") or "org.apache.spark.launcher.Main" in arguments:
         return None
-    return "short-jobs" if "-XX:TieredStopAtLevel=1" in arguments else "throughput"
+    flagged = [name for name, profile in JVM_PROFILES.items() if profile.java_options]
+    given = set(arguments)
+    return next(
+        (name for name in flagged if set(JVM_PROFILES[name].java_options.split()) <= given), DEFAULT_PROFILE
+    )
 
 
 def count(spark, path: str, where: str = "true") -> int:
