@@ -4,9 +4,11 @@ into it, revisions move, and windows fire and close as the watermark passes them
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -15,7 +17,7 @@ from spark_jobs.config import PipelineConfig, once_per_pipeline
 from spark_jobs.delta_txn import PartitionWriter, partition_writer
 from spark_jobs.engine.clocks import VersionClock
 from spark_jobs.jobs.common import retry_on_conflict
-from spark_jobs.sql import column_of, null_safe_match, with_constants
+from spark_jobs.sql import column_of, with_constants
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
 from spark_jobs.transforms.windows import (
@@ -48,6 +50,26 @@ def firing_update(
         "revision": revision,
         "status": window_status(revision, end_ms, watermark, lateness_ms),
     }
+
+
+def partial_match(config: PipelineConfig) -> Column:
+    """A window in play (``t``) and a batch's partial (``s``) are the same (window, key).
+
+    Plain equality on the columns the partials are grouped by
+    (:func:`~spark_jobs.transforms.windows.window_partials`),
+    in their order: the join then keeps the aggregate's partitioning, and only the
+    windows in play are shuffled to meet it (a null-safe match, or the partials'
+    timestamps, would shuffle the partials a second time). No null is lost: a window's
+    key columns are never null, since bronze rejects a data record without one
+    (``missing_key``)."""
+    in_play_key = [F.unix_millis(column_of("t", "window_start")), F.unix_millis(column_of("t", "window_end"))]
+    partial_key = [column_of("s", "window_start_ms"), column_of("s", "window_end_ms")]
+    pairs = zip(
+        [*in_play_key, *(column_of("t", name) for name in config.key)],
+        [*partial_key, *(column_of("s", name) for name in config.key)],
+        strict=True,
+    )
+    return reduce(operator.and_, (left == right for left, right in pairs))
 
 
 # The batch's final watermark, its time, and the run's micro-batches with the
@@ -87,7 +109,7 @@ class WindowUpdate:
         merged = merged_measures(config)
         finished = finished_measures(config)
         columns = {
-            # Null-safe equal on the key: either side's value is the window's.
+            # Equal on the key: either side's value is the window's.
             **{column: F.coalesce(column_of("t", column), column_of("s", column)) for column in window_key},
             **{
                 column: F.when(existed & received, merged[column])
@@ -102,7 +124,7 @@ class WindowUpdate:
                 F.col("t.updated_at")
             ),
         }
-        return cls(null_safe_match(window_key), columns)
+        return cls(partial_match(config), columns)
 
     def apply(
         self, in_play_windows: DataFrame, partials: DataFrame, plan: Sequence[VersionClock], now: datetime

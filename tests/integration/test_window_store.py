@@ -154,6 +154,22 @@ def test_a_micro_batch_with_a_new_watermark_and_time_runs_the_code_of_the_one_be
         assert classes_compiled(spark) == compiled
 
 
+def shuffles(frame) -> int:
+    """The hash-partitioning exchanges in ``frame``'s physical plan."""
+    return frame._jdf.queryExecution().executedPlan().toString().count("Exchange hashpartitioning")
+
+
+def test_a_micro_batch_shuffles_its_partials_once_and_the_windows_in_play_once(spark):
+    # The partials' aggregate is partitioned by (window, key); joined on the same
+    # columns, the windows in play move to the partials, not the partials again.
+    stored = stored_after_first_batch(spark, [(0, "d1", 50.0, 1)], 10_000)
+
+    windows = batch(spark, stored, [(0, "d1", 30.0, 2)], [(2, BEFORE_FIRING)], NOW)
+
+    assert shuffles(windows) == 2
+    assert rows(windows) == {(0, "d1"): (2, 30.0, 80.0, 0, OPEN, millis(NOW))}
+
+
 def change_feed_rows(spark, rows: list[tuple[str, int, str, int]]):
     return spark.createDataFrame(
         rows, "window string, revision int, _change_type string, _commit_version long"
