@@ -25,6 +25,7 @@ from spark_jobs.transforms.windows import (
     in_play,
     is_cleaned,
     is_fired,
+    partial_key,
     revision_columns,
     window_status,
 )
@@ -55,20 +56,17 @@ def firing_update(
 def partial_match(config: PipelineConfig) -> Column:
     """A window in play (``t``) and a batch's partial (``s``) are the same (window, key).
 
-    Plain equality on the columns the partials are grouped by
-    (:func:`~spark_jobs.transforms.windows.window_partials`),
-    in their order: the join then keeps the aggregate's partitioning, and only the
-    windows in play are shuffled to meet it (a null-safe match, or the partials'
-    timestamps, would shuffle the partials a second time). No null is lost: a window's
-    key columns are never null, since bronze rejects a data record without one
-    (``missing_key``)."""
-    in_play_key = [F.unix_millis(column_of("t", "window_start")), F.unix_millis(column_of("t", "window_end"))]
-    partial_key = [column_of("s", "window_start_ms"), column_of("s", "window_end_ms")]
-    pairs = zip(
-        [*in_play_key, *(column_of("t", name) for name in config.key)],
-        [*partial_key, *(column_of("s", name) for name in config.key)],
-        strict=True,
-    )
+    Plain equality on the columns the partials are grouped by (:func:`partial_key`), in
+    their order: the join then keeps the aggregate's partitioning, and only the windows
+    in play are shuffled to meet it (a null-safe match, or the partials' timestamps,
+    would shuffle the partials a second time). No null is lost: a window's key columns
+    are never null, since bronze rejects a data record without one (``missing_key``)."""
+    in_play = [
+        F.unix_millis(column_of("t", "window_start")),
+        F.unix_millis(column_of("t", "window_end")),
+        *(column_of("t", name) for name in config.key),
+    ]
+    pairs = zip(in_play, (column_of("s", name) for name in partial_key(config)), strict=True)
     return reduce(operator.and_, (left == right for left, right in pairs))
 
 

@@ -108,10 +108,16 @@ def judge_pairs(pairs: DataFrame, clocks: DataFrame, allowed_lateness_ms: int) -
     )
 
 
+def partial_key(config: PipelineConfig) -> tuple[str, ...]:
+    """The columns a micro-batch's partials are grouped by, in order: the window's
+    bounds in epoch milliseconds, then the pipeline's key."""
+    return ("window_start_ms", "window_end_ms", *config.key)
+
+
 def window_partials(on_time: DataFrame, config: PipelineConfig) -> DataFrame:
     """On-time pairs -> one row per (window, key) with partial aggregates and the
     sorted list of micro-batches (``versions``) that added records to it."""
-    return on_time.groupBy("window_start_ms", "window_end_ms", *config.key).agg(
+    return on_time.groupBy(*partial_key(config)).agg(
         *partial_aggregates(config), F.array_sort(F.collect_set("version")).alias("versions")
     )
 
