@@ -80,7 +80,10 @@ def local_rows(spark: SparkSession, rows: Sequence[Sequence[object]], schema: St
             for row in rows
         ]
     )
-    parsed = spark.range(1).select(F.inline(F.from_json(F.lit(text), ArrayType(wire), {"mode": "FAILFAST"})))
+    # One partition: Spark's default splits a one-row range over every core, and a
+    # write or broadcast of it runs a task per split, the rest empty.
+    single = spark.range(0, 1, 1, numPartitions=1)
+    parsed = single.select(F.inline(F.from_json(F.lit(text), ArrayType(wire), {"mode": "FAILFAST"})))
     return parsed.select(
         *(
             codec.decode(F.col(f.name)).cast(f.dataType).alias(f.name)

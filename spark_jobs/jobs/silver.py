@@ -69,7 +69,6 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.session import build_session
 from spark_jobs.sources import source_reports
-from spark_jobs.sql import local_rows
 from spark_jobs.tables import batch_metadata, table_version
 from spark_jobs.transforms.windows import (
     assign_windows,
@@ -156,16 +155,13 @@ class SilverBatchWriter(BatchWriter):
                 # grown since, must plan exactly as the first run did.
                 source_reports(spark, registry, summary[0].version, last_version),
             )
-            clocks = local_rows(
-                spark,
-                [(clock.version, clock.watermark_before) for clock in plan],
-                "version long, watermark_before long",
-            )
             data = records.where(~F.col("is_marker"))
+            watermarks_before = {clock.version: clock.watermark_before for clock in plan}
             # Not cached: each use re-derives the pairs from the cached records, which
             # costs less than caching every bronze column once more per pair.
-            pairs = judge_pairs(assign_windows(data, config.window), clocks, config.allowed_lateness_ms)
-            watermarks_before = {clock.version: clock.watermark_before for clock in plan}
+            pairs = judge_pairs(
+                assign_windows(data, config.window), watermarks_before, config.allowed_lateness_ms
+            )
             if late_pairs_possible(summary, watermarks_before, config.window, config.allowed_lateness_ms):
                 counts = {
                     (row.version, row.is_late): row["count"]

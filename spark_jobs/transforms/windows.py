@@ -9,6 +9,8 @@ are pre-aggregated per (window, key) into mergeable partial aggregates.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -98,14 +100,29 @@ def windows_per_record(spec: WindowSpec) -> Column:
     return F.lit(1) if spec.is_tumbling else F.size(_window_starts(spec))
 
 
-def judge_pairs(pairs: DataFrame, clocks: DataFrame, allowed_lateness_ms: int) -> DataFrame:
-    """Add ``watermark`` (the pipeline watermark when the pair's batch started)
-    and ``is_late``: the window was already cleaned (watermark >= end - 1 + L).
-    ``clocks`` has one row per ``version`` with its ``watermark_before``."""
-    judged = pairs.join(F.broadcast(clocks.select("version", "watermark_before")), "version")
-    return judged.withColumnRenamed("watermark_before", "watermark").withColumn(
-        "is_late", is_cleaned(F.col("window_end_ms"), F.col("watermark"), allowed_lateness_ms)
+def judge_pairs(
+    pairs: DataFrame, watermarks_before: Mapping[int, int], allowed_lateness_ms: int
+) -> DataFrame:
+    """Add ``watermark`` (the pipeline watermark when the pair's batch started, from
+    ``watermarks_before``: bronze version -> watermark) and ``is_late``: the window
+    was already cleaned (watermark >= end - 1 + L). A pair of a version the mapping
+    does not name is dropped.
+
+    The clocks travel as two array literals: Spark references an array literal from
+    its generated code (a long literal it writes into the code, so a new batch would
+    compile again), and a lookup needs no broadcast, hence no Spark job."""
+    versions = sorted(watermarks_before)
+    position = F.array_position(_long_array(versions), F.col("version")).cast("int")
+    watermark = F.element_at(_long_array([watermarks_before[v] for v in versions]), position)
+    return (
+        pairs.where(position > 0)
+        .withColumn("watermark", watermark)
+        .withColumn("is_late", is_cleaned(F.col("window_end_ms"), F.col("watermark"), allowed_lateness_ms))
     )
+
+
+def _long_array(values: Sequence[int]) -> Column:
+    return F.array(*(F.lit(value) for value in values)).cast("array<long>")
 
 
 def partial_key(config: PipelineConfig) -> tuple[str, ...]:

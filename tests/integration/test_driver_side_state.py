@@ -91,6 +91,13 @@ def test_local_rows_of_nothing_are_an_empty_frame_with_the_schema(spark):
     assert made.schema.simpleString() == "struct<name:string,count:bigint>"
 
 
+def test_local_rows_are_one_partition_so_a_write_or_broadcast_of_them_runs_one_task(spark):
+    # Spark's default splits them over every core: tasks with nothing to do.
+    made = local_rows(spark, [("p1", "0", 1), ("p2", "0", 1)], CLOCKS)
+    assert made.rdd.getNumPartitions() == 1
+    assert sorted(made.collect()) == [("p1", "0", 1), ("p2", "0", 1)]
+
+
 def clocks_table(spark, tmp_path) -> str:
     path = str(tmp_path / "watermarks")
     local_rows(spark, [("p1", "0", 1), ("p2", "0", 1)], CLOCKS).write.format("delta").partitionBy(

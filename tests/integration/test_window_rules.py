@@ -1,7 +1,7 @@
 """The event-time rules on the Spark side (``transforms.windows``) on tiny inline
 DataFrames, each against the plain-Python rule of ``eventtime.windows`` or a
-literal expectation: firing, cleanup, a window's status, and which windows a
-micro-batch may still change."""
+literal expectation: firing, cleanup, a window's status, which windows a
+micro-batch may still change, and judging a micro-batch's pairs."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from spark_jobs.transforms.windows import (
     in_play,
     is_cleaned,
     is_fired,
+    judge_pairs,
     window_status,
 )
+from tests.generated_code import classes_compiled, expressions_compiled
 
 pytestmark = pytest.mark.spark
 
@@ -87,3 +89,60 @@ def test_a_window_is_open_until_it_fires_then_fired_until_its_lateness_passes_th
 def test_only_open_and_fired_windows_are_in_play(spark):
     in_play_statuses = evaluate(spark, in_play(), [(OPEN,), (FIRED,), (CLOSED,)], "status string")
     assert in_play_statuses == [True, True, False]
+
+
+def pairs_of(spark, rows: list[tuple[int, int]]):
+    """(bronze version, window end) pairs."""
+    return spark.createDataFrame(rows, "version long, window_end_ms long")
+
+
+def judged(frame) -> list[tuple]:
+    return sorted(
+        tuple(row) for row in frame.select("version", "window_end_ms", "watermark", "is_late").collect()
+    )
+
+
+def test_a_pair_is_judged_by_the_watermark_its_own_version_started_with(spark):
+    # The same window is on time in version 1 and late in version 2, whose watermark
+    # started past its cleanup.
+    pairs = pairs_of(spark, [(1, END_MS), (2, END_MS)])
+
+    watermarks = {1: END_MS - 2 + LATENESS_MS, 2: END_MS - 1 + LATENESS_MS}
+
+    assert judged(judge_pairs(pairs, watermarks, LATENESS_MS)) == [
+        (1, END_MS, END_MS - 2 + LATENESS_MS, False),
+        (2, END_MS, END_MS - 1 + LATENESS_MS, True),
+    ]
+
+
+def test_judging_keeps_the_lowest_watermark(spark):
+    pairs = pairs_of(spark, [(7, END_MS)])
+
+    assert judged(judge_pairs(pairs, {7: MIN_WATERMARK}, LATENESS_MS)) == [(7, END_MS, MIN_WATERMARK, False)]
+
+
+def test_a_pair_of_a_version_without_a_clock_is_not_judged(spark):
+    pairs = pairs_of(spark, [(1, END_MS), (3, END_MS)])
+
+    assert judged(judge_pairs(pairs, {1: 0}, LATENESS_MS)) == [(1, END_MS, 0, False)]
+
+
+def test_judging_reads_the_clocks_without_a_broadcast(spark):
+    # A broadcast is a Spark job on every micro-batch.
+    frame = judge_pairs(pairs_of(spark, [(1, END_MS)]), {1: 0}, LATENESS_MS)
+
+    assert "Broadcast" not in frame._jdf.queryExecution().executedPlan().toString()
+
+
+def test_judging_a_batch_with_new_clocks_runs_the_code_of_the_one_before(spark):
+    # Spark writes long literals into its generated code: passed as long literals,
+    # every batch's clocks would compile the plan again.
+    pairs = pairs_of(spark, [(1, END_MS), (2, END_MS)])
+    with expressions_compiled(spark):
+        judged(judge_pairs(pairs, {1: 10, 2: 20}, LATENESS_MS))
+        compiled = classes_compiled(spark)
+
+        again = judged(judge_pairs(pairs, {1: 30, 2: END_MS - 1 + LATENESS_MS}, LATENESS_MS))
+
+        assert again == [(1, END_MS, 30, False), (2, END_MS, END_MS - 1 + LATENESS_MS, True)]
+        assert classes_compiled(spark) == compiled
