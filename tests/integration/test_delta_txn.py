@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 from delta.tables import DeltaTable
+from pyspark.errors.exceptions import captured
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -276,6 +277,36 @@ def files_read(frame: DataFrame) -> int:
         if metrics.contains("numFiles"):
             read += metrics.get("numFiles").get().value()
     return read
+
+
+def java_errors_converted(monkeypatch) -> list[str]:
+    """The JVM exceptions PySpark converted into Python errors meanwhile (each costs
+    tens of milliseconds: it is tested against every exception class PySpark and
+    Delta know)."""
+    converted: list[str] = []
+    original = captured.convert_exception
+
+    def convert_exception(error):
+        converted.append(error.getClass().getName())
+        return original(error)
+
+    monkeypatch.setattr(captured, "convert_exception", convert_exception)
+    return converted
+
+
+def test_writing_and_committing_files_raises_no_java_error_on_the_way(spark, table, tmp_path, monkeypatch):
+    history, steps = ops_rows(str(tmp_path))["watermark_history"]
+    create_if_missing(spark, history)
+    converted = java_errors_converted(monkeypatch)
+
+    txn = Transaction(spark, table)
+    written = txn.write(spark.createDataFrame([("b", 2, "open")], SCHEMA))
+    txn.commit_append(written, "frame")
+    driver_side = Transaction(spark, history.path)
+    driver_side.commit_append(driver_side.write_rows(steps[:1], history.schema), "rows")
+
+    assert converted == []
+    assert len(written) == 1 and ("b", 2, "open") in rows(spark, table)
 
 
 def test_an_append_under_a_transaction_id_is_recorded_and_seen_as_committed(spark, tmp_path):
