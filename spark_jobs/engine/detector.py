@@ -26,7 +26,7 @@ from spark_jobs.jobs.common import (
 from spark_jobs.sql import column_of, local_rows, null_safe_match, quote_identifier, string_literal
 from spark_jobs.tables import TableRef, TableRegistry, change_feed, commits, table_version
 from spark_jobs.transforms.offline import detection_watermark, transitions
-from spark_jobs.transforms.windows import is_marker, record_millis
+from spark_jobs.transforms.windows import is_marker, record_millis, with_starting_watermark
 
 CLOCK, LAST, BUFFERED = "clock", "last", "buffered"
 
@@ -100,15 +100,14 @@ def version_tracks(spark: SparkSession, registry: TableRegistry, starts: dict[in
     first, last = min(starts), min(max(starts), latest)
     if first > last:
         return None
-    clocks = local_rows(spark, list(starts.items()), "version long, watermark long")
-    return (
+    tracks = (
         change_feed(spark.read, registry.bronze.path, first, last)
         .where(F.col("_change_type") == "insert")
         .withColumnRenamed("_commit_version", "version")
         .where(~is_marker(registry.config))
         .withColumn("ts_ms", record_millis(registry.config))
-        .join(F.broadcast(clocks), "version")
     )
+    return with_starting_watermark(tracks, starts)
 
 
 def late_track_rows(late: DataFrame, registry: TableRegistry, now: datetime) -> DataFrame:

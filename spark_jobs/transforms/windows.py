@@ -9,6 +9,7 @@ are pre-aggregated per (window, key) into mergeable partial aggregates.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
@@ -103,26 +104,41 @@ def windows_per_record(spec: WindowSpec) -> Column:
 def judge_pairs(
     pairs: DataFrame, watermarks_before: Mapping[int, int], allowed_lateness_ms: int
 ) -> DataFrame:
-    """Add ``watermark`` (the pipeline watermark when the pair's batch started, from
-    ``watermarks_before``: bronze version -> watermark) and ``is_late``: the window
-    was already cleaned (watermark >= end - 1 + L). A pair of a version the mapping
-    does not name is dropped.
-
-    The clocks travel as two array literals: Spark references an array literal from
-    its generated code (a long literal it writes into the code, so a new batch would
-    compile again), and a lookup needs no broadcast, hence no Spark job."""
-    versions = sorted(watermarks_before)
-    position = F.array_position(_long_array(versions), F.col("version")).cast("int")
-    watermark = F.element_at(_long_array([watermarks_before[v] for v in versions]), position)
-    return (
-        pairs.where(position > 0)
-        .withColumn("watermark", watermark)
-        .withColumn("is_late", is_cleaned(F.col("window_end_ms"), F.col("watermark"), allowed_lateness_ms))
+    """Add ``watermark`` (the pipeline watermark when the pair's batch started:
+    :func:`with_starting_watermark`) and ``is_late``: the window was already cleaned
+    (watermark >= end - 1 + L)."""
+    return with_starting_watermark(pairs, watermarks_before).withColumn(
+        "is_late", is_cleaned(F.col("window_end_ms"), F.col("watermark"), allowed_lateness_ms)
     )
 
 
-def _long_array(values: Sequence[int]) -> Column:
-    return F.array(*(F.lit(value) for value in values)).cast("array<long>")
+def with_starting_watermark(rows: DataFrame, watermarks_before: Mapping[int, int]) -> DataFrame:
+    """``rows`` (each of a bronze ``version``) with ``watermark``: the one its version
+    started at, from ``watermarks_before`` (version -> watermark). Rows of a version
+    the mapping does not name are dropped.
+
+    The mapping travels as data in the plan, not as a broadcast (a Spark job on every
+    batch) nor as long literals (Spark writes those into its generated code, so every
+    batch would compile again): two array literals, which the code references, hold
+    each version and its watermark at slot ``version mod P``, P the power of two at
+    least the versions' span, so a row finds its version in one step (distinct
+    versions of a span no longer than P take distinct slots). P changes only when
+    the span passes a power of two."""
+    versions = sorted(watermarks_before)
+    slots = 1 << (versions[-1] - versions[0]).bit_length() if versions else 1
+    slot_versions: list[int | None] = [None] * slots
+    slot_watermarks: list[int | None] = [None] * slots
+    for version in versions:
+        slot_versions[version % slots] = version
+        slot_watermarks[version % slots] = watermarks_before[version]
+    slot = (F.pmod(F.col("version"), F.lit(slots)) + 1).cast("int")
+    found = F.element_at(_long_array(slot_versions), slot) == F.col("version")
+    return rows.where(found).withColumn("watermark", F.element_at(_long_array(slot_watermarks), slot))
+
+
+def _long_array(values: Sequence[int | None]) -> Column:
+    """An array<bigint> literal (folded from its JSON text: one JVM call, not one a value)."""
+    return F.from_json(F.lit(json.dumps(list(values))), "array<bigint>")
 
 
 def partial_key(config: PipelineConfig) -> tuple[str, ...]:

@@ -127,6 +127,20 @@ def test_a_pair_of_a_version_without_a_clock_is_not_judged(spark):
     assert judged(judge_pairs(pairs, {1: 0}, LATENESS_MS)) == [(1, END_MS, 0, False)]
 
 
+def test_versions_apart_are_each_judged_by_their_own_watermark_and_no_other_versions(spark):
+    # The lookup keeps version v at slot v mod 8 here: 2 and 11 land on the slots of 10
+    # and 3, and 5 on an empty one; none of them has a clock.
+    pairs = pairs_of(spark, [(version, END_MS) for version in (2, 3, 5, 9, 10, 11)])
+
+    watermarks = {3: 100, 9: END_MS - 1 + LATENESS_MS, 10: 300}
+
+    assert judged(judge_pairs(pairs, watermarks, LATENESS_MS)) == [
+        (3, END_MS, 100, False),
+        (9, END_MS, END_MS - 1 + LATENESS_MS, True),
+        (10, END_MS, 300, False),
+    ]
+
+
 def test_judging_reads_the_clocks_without_a_broadcast(spark):
     # A broadcast is a Spark job on every micro-batch.
     frame = judge_pairs(pairs_of(spark, [(1, END_MS)]), {1: 0}, LATENESS_MS)
