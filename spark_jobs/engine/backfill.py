@@ -177,23 +177,19 @@ def replay_batches(
     replayed = TableRegistry(replay_config(config, landing_of(registry)), registry.root)
     steps = [range(i, i + 1) for i in range(len(batches))] if silver_every_batch else [range(len(batches))]
     reports = bounded_reports(config, batches)
+    silver_checkpoint = default_checkpoint(replayed, "silver")
     for step in steps:
         code = ingest(spark, replayed, batches, reports, step)
         if code != 0:
             return code
         silver_context = JobContext(
-            "silver",
-            replayed.config,
-            replayed,
-            "available-now",
-            1_000,
-            default_checkpoint(replayed, "silver"),
+            "silver", replayed.config, replayed, "available-now", 1_000, silver_checkpoint
         )
         code = silver.run(spark, silver_context)
         if code != 0:
             return code
     if flush:
-        watermark_steps.flush(spark, registry)
+        watermark_steps.flush(spark, registry, after_stream=silver_checkpoint)
     downstream = JobContext(
         "replay", config, registry, "available-now", 1_000, "unused: each job has its own"
     )

@@ -172,6 +172,23 @@ def clock_memory(app_id: str, registry: TableRegistry) -> ClockMemory:
     return _CLOCK_MEMORIES.setdefault(place, ClockMemory())
 
 
+def history_label(app_id: str) -> str:
+    """The label of the silver stream ``app_id``'s watermark history steps."""
+    return f"{app_id}:history"
+
+
+def snapshot_label(app_id: str) -> str:
+    """The label of the silver stream ``app_id``'s ``ops.watermarks`` snapshots."""
+    return f"{app_id}:watermarks"
+
+
+def recall_stream_clock(spark: SparkSession, registry: TableRegistry, app_id: str) -> SavedClock:
+    """The clock the silver stream ``app_id`` last committed, from this process's
+    memory when it has one that no other writer's commit has outdated; else read back."""
+    own = frozenset({history_label(app_id), snapshot_label(app_id)})
+    return clock_memory(app_id, registry).recall(spark, registry, own)
+
+
 def forget_clocks() -> None:
     """Forget every stream's clocks kept in this process, as a new process starts."""
     _CLOCK_MEMORIES.clear()

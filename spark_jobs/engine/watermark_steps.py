@@ -10,24 +10,35 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.engine.clocks import (
     VersionClock,
+    clock_memory,
     load_clock,
+    recall_stream_clock,
     utc_moment,
     write_history,
     write_partition_clocks,
 )
 from spark_jobs.engine.window_store import fire_due
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
-from spark_jobs.jobs.common import (
-    crash_point,
-)
+from spark_jobs.jobs.common import crash_point, stream_app_id
 from spark_jobs.tables import TableRegistry, batch_metadata
 
 
-def flush(spark: SparkSession, registry: TableRegistry) -> bool:
+def flush(spark: SparkSession, registry: TableRegistry, after_stream: str | None = None) -> bool:
     """End of input, like a bounded Flink source: the watermark moves to +inf, so
-    every window fires and closes. Returns False when it had already ended."""
+    every window fires and closes. Returns False when it had already ended.
+
+    ``after_stream``: the checkpoint of a silver stream that ran in this process just
+    before (a replay, ``--flush``): the clock it left in memory is taken instead of
+    being read back from two tables (unless another writer has committed to them)."""
     registry.create_missing(spark)
-    saved = load_clock(spark, registry)
+    if after_stream is None:
+        saved = load_clock(spark, registry)
+    else:
+        app_id = stream_app_id(spark, after_stream)
+        saved = recall_stream_clock(spark, registry, app_id)
+        # The flush moves this tracker: the stream reads its clock back next time,
+        # whether or not the flush commits.
+        clock_memory(app_id, registry).forget()
     tracker = saved.tracker
     if tracker.watermark == MAX_WATERMARK:
         return False

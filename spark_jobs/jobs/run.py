@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from spark_jobs.config import ConfigError
 from spark_jobs.engine import watermark_steps
 from spark_jobs.jobs.common import JobContext, exit_on_config_error, job_parser, run_streams
-from spark_jobs.jobs.stages import STAGES, stage_streams
+from spark_jobs.jobs.stages import STAGES, job_context, stage_streams
 from spark_jobs.session import build_session
 
 
@@ -38,7 +38,8 @@ def run(spark: SparkSession, pipeline: JobContext, flush: bool = False) -> int:
         if code != 0:
             return code
         if index == 1 and flush:
-            watermark_steps.flush(spark.newSession(), pipeline.registry)
+            silver_checkpoint = job_context(pipeline, "silver").checkpoint
+            watermark_steps.flush(spark.newSession(), pipeline.registry, after_stream=silver_checkpoint)
     return 0
 
 

@@ -44,7 +44,10 @@ from spark_jobs.engine.clocks import (
     append_batch_history,
     backlog_beyond,
     clock_memory,
+    history_label,
     plan_clocks,
+    recall_stream_clock,
+    snapshot_label,
     write_partition_clocks,
 )
 from spark_jobs.engine.judging import (
@@ -104,7 +107,7 @@ class SilverBatchWriter(BatchWriter):
             self.context.registry,
             saved.tracker,
             saved.judged_version,
-            (f"{self.app_id}:watermarks", self.last_batch_id),
+            (snapshot_label(self.app_id), self.last_batch_id),
             datetime.now(UTC),
         )
         crash_point("silver:clocks")
@@ -133,9 +136,7 @@ class SilverBatchWriter(BatchWriter):
             if not summary:
                 return
             last_version = max(row.version for row in summary)
-            history = f"{self.app_id}:history"
-            own = frozenset({history, f"{self.app_id}:watermarks"})
-            saved = self.clock.recall(spark, registry, own)
+            saved = recall_stream_clock(spark, registry, self.app_id)
             if saved.judged_version is not None and last_version <= saved.judged_version:
                 # A replay of a batch whose history (its clock commit, the last of its
                 # writes) committed before Spark logged it. Judged again against the
@@ -191,7 +192,7 @@ class SilverBatchWriter(BatchWriter):
                 clock.version: (counts.get((clock.version, False), 0), counts.get((clock.version, True), 0))
                 for clock in plan
             }
-            append_batch_history(spark, registry, plan, per_version, tracker, history)
+            append_batch_history(spark, registry, plan, per_version, tracker, history_label(self.app_id))
             crash_point("silver:history")
             self.clock.keep(SavedClock(tracker, last_version, snapshot_stale=True))
             self.last_batch_id = batch_id
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(f"tidemark-silver-{context.config.name}")
     code = run(spark, context)
     if code == 0 and args.flush:
-        flush(spark, context.registry)
+        flush(spark, context.registry, after_stream=context.checkpoint)
     return code
 
 

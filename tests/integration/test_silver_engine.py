@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs.engine import watermark_steps
+from spark_jobs.engine import clocks, watermark_steps
+from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.generator import FleetSpec, generate, land_files
-from spark_jobs.jobs.common import JobContext, RunTotals
+from spark_jobs.jobs.common import JobContext, RunTotals, default_checkpoint, stream_app_id
 from spark_jobs.jobs.silver import SilverBatchWriter
 from spark_jobs.tables import TableRegistry, join, table_version
 from tests.integration.engine import (
@@ -325,3 +326,75 @@ def test_a_silver_batch_replaces_its_own_pipelines_clocks_and_no_other_pipelines
         (second.name, "0"): BASE_MS + 2_000 - 1,
         (second.name, "1"): BASE_MS + 5_000 - 1,
     }
+
+
+def loads_counted(monkeypatch) -> list[str]:
+    """Every read of the pipeline clock back from its tables, from now on."""
+    loads: list[str] = []
+    original = clocks.load_clock
+
+    def counted(spark, registry):
+        loads.append(registry.config.name)
+        return original(spark, registry)
+
+    monkeypatch.setattr(clocks, "load_clock", counted)
+    monkeypatch.setattr(watermark_steps, "load_clock", counted)
+    return loads
+
+
+def new_folder(root: Path, name: str) -> Path:
+    folder = root / name
+    folder.mkdir()
+    return folder
+
+
+def flushed_tables(spark, registry: TableRegistry) -> tuple[list, list]:
+    windows = (
+        spark.read.format("delta").load(registry.silver.path).drop("updated_at", "fired_at", "closed_at")
+    )
+    return sorted(map(tuple, windows.collect())), engine_history(spark, registry)
+
+
+FLUSH_BATCHES = [
+    [payload(0, BASE_MS + 1_000, "a", 50.0, 1.0), payload(1, BASE_MS + 2_000, "b", 40.0, 2.0)],
+    [payload(0, BASE_MS + 70_000, "a", 30.0, 3.0), payload(1, BASE_MS + 65_000, "b", 20.0, 4.0)],
+]
+
+
+def test_a_flush_after_the_silver_stream_in_the_same_process_takes_its_clock_from_memory(
+    spark, root, monkeypatch
+):
+    config = engine_config(TUMBLING, {"strategy": "bounded", "max_out_of_orderness": "5s"})
+    remembered, read_back = (
+        replay_batches(spark, config, new_folder(root, name), FLUSH_BATCHES)
+        for name in ("flush-from-memory", "flush-read-back")
+    )
+    checkpoint = default_checkpoint(remembered, "silver")
+    loads = loads_counted(monkeypatch)
+
+    assert watermark_steps.flush(spark, remembered, after_stream=checkpoint)
+    assert loads == []
+    # Without the stream's memory (as in a new process) the flush reads the clock back, and writes the same.
+    assert watermark_steps.flush(spark, read_back)
+    assert loads == [config.name]
+    assert flushed_tables(spark, remembered) == flushed_tables(spark, read_back)
+    # The flush moved the tracker it took: the stream's next batch reads its clock back.
+    app_id = stream_app_id(spark, checkpoint)
+    assert clocks.clock_memory(app_id, remembered).saved is None
+
+
+def test_a_flush_after_another_writers_clock_step_reads_the_clock_back(spark, root, monkeypatch):
+    config = engine_config(TUMBLING, {"strategy": "bounded", "max_out_of_orderness": "5s", "idleness": "1ms"})
+    registry = replay_batches(spark, config, new_folder(root, "flush-after-idle-step"), FLUSH_BATCHES)
+    step = watermark_steps.advance_idle(spark, registry, datetime.now(UTC))
+    assert step is not None
+    loads = loads_counted(monkeypatch)
+
+    assert watermark_steps.flush(spark, registry, after_stream=default_checkpoint(registry, "silver"))
+    # The idleness step's commit outdated the stream's memory: the end of input follows
+    # that step, with both partitions idle as it left them (the memory had them active).
+    assert len(loads) == 1
+    assert engine_history(spark, registry)[-2:] == [
+        (step.watermark_after, 0, 2, 0, 0),
+        (MAX_WATERMARK, 0, 2, 0, 0),
+    ]
