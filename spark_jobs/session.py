@@ -47,7 +47,13 @@ JVM_PROFILE_VARIABLE = "TIDEMARK_JVM_PROFILE"
 PARTIAL_JSON_RESULTS = "spark.sql.json.enablePartialResults"
 CODEGEN_CACHE_ENTRIES = "spark.sql.codegen.cache.maxEntries"
 CODEGEN_FACTORY_MODE = "spark.sql.codegen.factoryMode"
-INTERPRETED_EXPRESSIONS = {CODEGEN_FACTORY_MODE: "NO_CODEGEN"}
+# Adaptive execution re-plans a query after each of its shuffle stages, each stage a
+# Spark job of its own: on batches of a few hundred records it saves nothing and
+# costs its jobs and re-optimisations. A replay of 3.2 k records in 7 micro-batches on
+# a warm session (as the test suite runs them): 13.8 s without it, 15.1 with it (means
+# of 6); a new process's 24-record replay did not move (20-24 s either way).
+ADAPTIVE_EXECUTION = "spark.sql.adaptive.enabled"
+SMALL_BATCHES = {CODEGEN_FACTORY_MODE: "NO_CODEGEN", ADAPTIVE_EXECUTION: "false"}
 
 
 @dataclass(frozen=True)
@@ -63,8 +69,8 @@ class JvmProfile:
 #   generation. The C2 compiler threads and G1's concurrent threads burn as much CPU
 #   as the job itself in the first minute: a 24-record replay takes 97 CPU-seconds in 52 s.
 # - short-jobs: C1 only, one compiler thread, the serial collector, interpreted
-#   expressions. The same replay takes 60 CPU-seconds in 45 s; but 300 k events
-#   through silver take 19 s, not 12. For jobs of seconds and tiny batches on a small
+#   expressions, no adaptive execution. The same replay takes 60 CPU-seconds in 45 s;
+#   but 300 k events through silver take 19 s, not 12. For jobs of seconds and tiny batches on a small
 #   machine (the test suite). C1 alone also shrinks the code cache to 48 MB, which
 #   Spark and Delta fill within minutes; then the sweeper evicts and C1 compiles again:
 #   two integration test files on one C1-only session took 327 CPU-s (the sweeper 73),
@@ -74,7 +80,7 @@ JVM_PROFILES = {
     DEFAULT_PROFILE: JvmProfile(),
     "short-jobs": JvmProfile(
         "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m",
-        INTERPRETED_EXPRESSIONS,
+        SMALL_BATCHES,
     ),
 }
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.session import INTERPRETED_EXPRESSIONS, JVM_PROFILE_VARIABLE, base_conf
+from spark_jobs.session import JVM_PROFILE_VARIABLE, SMALL_BATCHES, base_conf
 
 # Inert unless $TIDEMARK_CPU_REPORT names where to write (see the module).
 pytest_plugins = ["tests.tools.cpu_accounting"]
@@ -62,7 +62,7 @@ def spark():
     with pytest.MonkeyPatch.context() as environment:
         # This JVM lives the whole run and runs most tests' queries (jobs run in-process):
         # under C1 alone the in-process tests took up to twice as long. Their batches are
-        # a few records each, so expressions are interpreted as under short-jobs.
+        # a few records each, so they are planned as under short-jobs.
         environment.setenv(JVM_PROFILE_VARIABLE, "throughput")
         java_options = base_conf()["spark.driver.extraJavaOptions"]
         session = build_session(
@@ -71,7 +71,7 @@ def spark():
             overrides={
                 "spark.ui.enabled": "false",
                 "spark.sql.shuffle.partitions": "2",
-                **INTERPRETED_EXPRESSIONS,
+                **SMALL_BATCHES,
                 # One long-lived driver on two cores: G1's concurrent threads cost it more
                 # than they save. Five in-process tests (late merge, crash points) took
                 # 213 and 240 CPU-s with the serial collector against 254 and 262 with G1.
