@@ -359,6 +359,7 @@ FLUSH_BATCHES = [
     [payload(0, BASE_MS + 1_000, "a", 50.0, 1.0), payload(1, BASE_MS + 2_000, "b", 40.0, 2.0)],
     [payload(0, BASE_MS + 70_000, "a", 30.0, 3.0), payload(1, BASE_MS + 65_000, "b", 20.0, 4.0)],
 ]
+FLUSH_RECORDS = [record for batch in FLUSH_BATCHES for record in batch]
 
 
 def test_a_flush_after_the_silver_stream_in_the_same_process_takes_its_clock_from_memory(
@@ -378,6 +379,7 @@ def test_a_flush_after_the_silver_stream_in_the_same_process_takes_its_clock_fro
     assert watermark_steps.flush(spark, read_back)
     assert loads == [config.name]
     assert flushed_tables(spark, remembered) == flushed_tables(spark, read_back)
+    assert_reconciles(spark, remembered, FLUSH_RECORDS)
     # The flush moved the tracker it took: the stream's next batch reads its clock back.
     app_id = stream_app_id(spark, checkpoint)
     assert clocks.clock_memory(app_id, remembered).saved is None
@@ -398,3 +400,4 @@ def test_a_flush_after_another_writers_clock_step_reads_the_clock_back(spark, ro
         (step.watermark_after, 0, 2, 0, 0),
         (MAX_WATERMARK, 0, 2, 0, 0),
     ]
+    assert_reconciles(spark, registry, FLUSH_RECORDS)
