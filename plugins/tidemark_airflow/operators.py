@@ -32,7 +32,9 @@ from tidemark_airflow.health import stalled_query
 # A batch task (an available-now pass, a merge, a check, a backfill) that runs this long is
 # stuck, not slow: Airflow fails it, and its retries (if any) start it again.
 BATCH_TIMEOUT = timedelta(hours=3)
-DEFAULT_ARGS = {"owner": "tidemark", "retries": 2, "retry_delay": timedelta(seconds=30)}
+# Between tries a task waits the deployment's [core] default_task_retry_delay: one setting
+# per Airflow (the launcher sets 30 s, Airflow's own default is 300 s; tests take seconds).
+DEFAULT_ARGS = {"owner": "tidemark", "retries": 2}
 DEFAULT_PIPELINE = "telemetry"
 
 

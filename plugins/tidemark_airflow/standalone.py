@@ -48,6 +48,7 @@ SPARK_CONNECTION = {
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 SERVER_ERROR_ATTEMPTS, SERVER_ERROR_PAUSE_S = 5, 2.0
+RETRY_DELAY_SETTING = "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"
 
 
 def free_port() -> int:
@@ -66,12 +67,15 @@ def environment(
     """Standalone's settings: this repository's DAGs and plugin, no examples, a
     worker pool sized for a small machine (yet room for the four continuous
     streams beside a merge and an idleness check), the API on loopback (the Spark
-    connection is stored by :func:`start`), ``settings`` (say
+    connection is stored by :func:`start`), tasks tried again 30 s after a failure
+    unless the environment or ``settings`` say otherwise, ``settings`` (say
     ``TIDEMARK_PIPELINES``), and always a login: the simple auth manager with one
     admin whose password standalone generates, whatever the caller's environment
     or ``settings`` say (they could switch authentication off)."""
     venv_bin = str(Path(sys.executable).parent)
     return {
+        # A failed stream's task is tried again after half a minute, unless told otherwise.
+        RETRY_DELAY_SETTING: "30",
         **os.environ,
         **(settings or {}),
         "PATH": f"{venv_bin}:{os.environ.get('PATH', '')}",

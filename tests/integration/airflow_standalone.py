@@ -23,7 +23,17 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tidemark_airflow.standalone import PID_FILE, USER, Airflow, processes_of, start, stop
+from tidemark_airflow.standalone import (
+    PID_FILE,
+    RETRY_DELAY_SETTING,
+    USER,
+    Airflow,
+    processes_of,
+    start,
+    stop,
+)
+
+TESTS_RETRY_DELAY_S = 2
 
 
 @dataclass
@@ -54,7 +64,10 @@ def airflow_standalone(
     ``settings``) and wait until its api-server and scheduler are healthy; stop
     all of it on exit."""
     home, lakehouse = home.resolve(), lakehouse.resolve()
-    client = start(home, lakehouse, settings=settings)
+    # A killed stream's retry starts in seconds: the tests wait for it, not for a delay.
+    client = start(
+        home, lakehouse, settings={RETRY_DELAY_SETTING: str(TESTS_RETRY_DELAY_S), **(settings or {})}
+    )
     standalone = Standalone(client.url, USER, client.password(), home, client)
     try:
         yield standalone
