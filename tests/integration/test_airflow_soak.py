@@ -244,11 +244,14 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
                 lambda: judged(spark, registry) == count(spark, registry.bronze.path), 600, "silver", every=5
             )
             reached("silver_caught_up")
+            # Every record is judged, so the quarantine is complete: the last merge folds
+            # it in while the idleness checks below run beside it.
+            merges.append(airflow.trigger("tidemark_late_merge", {}))
 
             # The feed has stopped: once every partition has been quiet for the
             # idleness timeout (by silver's clock), an idleness check marks them
             # all idle and the watermark moves to the highest partition's (Flink's
-            # rule), firing what it passed; the merge folds in the quarantine.
+            # rule), firing what it passed.
             checks = []
             for _ in range(6):
                 time.sleep(IDLENESS_S + 2)
@@ -260,7 +263,6 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
             final = latest_step(spark, registry)
             reached("all_idle")
             assert final.active_partitions == 0 and final.idle_partitions == FLEET.partitions
-            merges.append(airflow.trigger("tidemark_late_merge", {}))
             assert [airflow.wait_for_run("tidemark_late_merge", run) for run in merges] == ["success"] * len(
                 merges
             )
