@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from spark_jobs.config import ConfigError
 
@@ -15,6 +15,9 @@ from spark_jobs.config import ConfigError
 # command line), and a failure while running.
 BAD_INPUT = 2
 FAILED = 1
+# The jobs that are streams (common.job_parser's): continuous unless told otherwise.
+STREAM_JOBS = ("bronze", "silver", "gold", "offline", "run")
+TRIGGERS = ("continuous", "available-now")
 # The shipped demo pipeline the help's examples use (by path or by its name, telemetry).
 EXAMPLE_PIPELINE = "spark_jobs/pipelines/telemetry.yaml"
 
@@ -81,3 +84,13 @@ non_negative_int = _number(int, lambda value: value >= 0, "a whole number, 0 or 
 positive_float = _number(float, lambda value: 0 < value < float("inf"), "a finite number above 0")
 share = _number(float, lambda value: 0 <= value <= 1, "a share between 0 and 1")
 port = _number(int, lambda value: 1 <= value <= 65535, "a TCP port between 1 and 65535")
+
+
+def stream_trigger(job: str, job_args: Sequence[str]) -> str | None:
+    """The trigger a stream job's command line asks for (its parser's default when it
+    names none); None for a job that is no stream. The job's own parser checks the value."""
+    if job not in STREAM_JOBS:
+        return None
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--trigger", default=TRIGGERS[0])
+    return parser.parse_known_args(list(job_args))[0].trigger

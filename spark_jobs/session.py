@@ -98,6 +98,21 @@ def profile_for_records(records: int) -> str:
     return "short-jobs" if records <= SHORT_JOB_RECORDS else DEFAULT_PROFILE
 
 
+# A continuous stream's micro-batch holds what arrived in one interval: small batches,
+# for hours. Under throughput the C2 compiler threads take the cores from the first
+# batches for a minute. Bronze and silver as continuous spark-submits, 1 s triggers,
+# 100 records/s for 90 s on 2 cores, firing latency median / p95: throughput 4.51 /
+# 10.66 s, short-jobs 2.54 / 3.25; the four streams as one application fed 2,000
+# records/s for 60 s carried 1,334 records/s under throughput, 1,556 under short-jobs.
+CONTINUOUS_PROFILE = "short-jobs"
+
+
+def profile_for_trigger(trigger: str | None) -> str:
+    """The JVM profile for a stream job under ``trigger`` (None: a job that is no stream).
+    An available-now run drains a backlog of any size: the default."""
+    return CONTINUOUS_PROFILE if trigger == "continuous" else DEFAULT_PROFILE
+
+
 def is_local_master(master: str) -> bool:
     """``local``, ``local[N]``, ``local[*]``, ``local-cluster[...]``: one machine, one disk."""
     return master.startswith("local")

@@ -17,12 +17,13 @@ import io
 import os
 import sys
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pyspark
 
-from spark_jobs.session import is_local_master, spark_conf
+from spark_jobs.arguments import stream_trigger
+from spark_jobs.session import is_local_master, profile_for_trigger, spark_conf
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 JOBS_DIR = PACKAGE_DIR / "jobs"
@@ -83,6 +84,12 @@ def package_zip(folder: str | Path | None = None) -> str:
     return str(path)
 
 
+def job_profile(job: str, job_args: Sequence[str]) -> str:
+    """The JVM profile ``job`` starts under unless one is chosen (a run's or
+    ``$TIDEMARK_JVM_PROFILE``): a continuous stream's, else the default."""
+    return profile_for_trigger(stream_trigger(job, job_args))
+
+
 def submit_command(
     job: str,
     job_args: list[str],
@@ -97,7 +104,7 @@ def submit_command(
     command = [spark_submit_binary(), "--master", master, "--name", f"tidemark-{job}"]
     if not local:
         command += ["--py-files", package_zip()]
-    for key, value in spark_conf(local=local, overrides=conf).items():
+    for key, value in spark_conf(local, conf, job_profile(job, job_args)).items():
         command += ["--conf", f"{key}={value}"]
     return [*command, job_script(job), *job_args]
 

@@ -24,7 +24,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from spark_jobs.config import configured_pipeline_files, load_pipeline, pipeline_path
 from spark_jobs.session import JVM_PROFILE_VARIABLE, JVM_PROFILES, is_local_master, spark_conf
-from spark_jobs.submit import job_script, package_zip
+from spark_jobs.submit import job_profile, job_script, package_zip
 from spark_jobs.tables import join, lakehouse_root
 from tidemark_airflow import SPARK_CONN_ID
 from tidemark_airflow.health import stalled_query
@@ -74,8 +74,9 @@ def jvm_profile_param() -> Param:
         type=["null", "string"],
         enum=[None, *JVM_PROFILES],
         values_display={"null": "the workers' default"},
-        description="the jobs' JVM profile: throughput for streams that run for hours, short-jobs for "
-        "seconds-long ones on a small machine (the workers' default: $TIDEMARK_JVM_PROFILE, else throughput)",
+        description="the jobs' JVM profile: throughput for large batches, short-jobs for small ones "
+        "(the workers' default: $TIDEMARK_JVM_PROFILE, else short-jobs for continuous streams and "
+        "throughput for the rest)",
     )
 
 
@@ -105,7 +106,8 @@ class TidemarkJobOperator(SparkSubmitOperator):
     executors' workers run ``$TIDEMARK_EXECUTOR_PYTHON`` when set (their image's
     Python). ``conf`` overrides the factory's settings, ``env`` the environment.
     ``jvm_profile`` (templated; empty: the worker's ``$TIDEMARK_JVM_PROFILE``, else
-    throughput) picks the job's JVM profile, :data:`~spark_jobs.session.JVM_PROFILES`."""
+    short-jobs for a continuous stream and throughput for the rest) picks the job's
+    JVM profile, :data:`~spark_jobs.session.JVM_PROFILES`."""
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "jvm_profile")
 
@@ -119,7 +121,7 @@ class TidemarkJobOperator(SparkSubmitOperator):
         jvm_profile: str | None = None,
         **kwargs: Any,
     ) -> None:
-        self.jvm_profile = jvm_profile
+        self.job, self.jvm_profile = job, jvm_profile
         interpreter = {
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -151,7 +153,8 @@ class TidemarkJobOperator(SparkSubmitOperator):
         connection = BaseHook.get_connection(self.spark_conn_id)
         local = is_local_master(spark_master(connection.conn_type, connection.host, connection.port))
         chosen = self.jvm_profile or None
-        self.conf = spark_conf(local=local, overrides=self.conf, chosen_profile=chosen)
+        default = job_profile(self.job, self.application_args or [])
+        self.conf = spark_conf(local, self.conf, default, chosen)
         if chosen is not None:  # the driver's session repeats the profile's settings
             self.env_vars = {**(self.env_vars or {}), JVM_PROFILE_VARIABLE: chosen}
         if not local:

@@ -27,10 +27,10 @@ from spark_jobs.jobs.common import (
     idempotent_append,
     job_parser,
     run_stream,
+    stream_session,
     writer_stream,
 )
 from spark_jobs.jvm import java_class
-from spark_jobs.session import build_session
 from spark_jobs.sources import read_source
 from spark_jobs.sources.kafka import KafkaLatestOffsets, kafka_progress
 from spark_jobs.sources.progress import SourceProgress, written_metadata
@@ -116,7 +116,7 @@ class BronzeBatchWriter(BatchWriter):
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser("bronze", "Ingest a pipeline's source into bronze and ops.rejects.")
     context = JobContext.from_args("bronze", parser.parse_args(argv))
-    return run(build_session(f"tidemark-bronze-{context.config.name}"), context)
+    return run(stream_session(context), context)
 
 
 def check_timezone(spark: SparkSession, config: PipelineConfig) -> None:

@@ -33,9 +33,10 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs.arguments import BAD_INPUT, config_error_message, print_error, with_examples
+from spark_jobs.arguments import BAD_INPUT, TRIGGERS, config_error_message, print_error, with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline, parse_duration
 from spark_jobs.delta_txn import Transaction
+from spark_jobs.session import build_session, profile_for_trigger
 from spark_jobs.sources.progress import SourceProgress
 from spark_jobs.tables import (
     TableRef,
@@ -47,7 +48,6 @@ from spark_jobs.tables import (
     read_text,
 )
 
-TRIGGERS = ("continuous", "available-now")
 CONFLICT_ATTEMPTS = 10
 CRASH_AFTER_VARIABLE = "TIDEMARK_CRASH_AFTER"
 CRASH_BY_VARIABLE = "TIDEMARK_CRASH_BY"
@@ -81,7 +81,7 @@ def job_parser(job: str, description: str, examples: Sequence[str] = ()) -> argp
     parser.add_argument(
         "--trigger",
         choices=TRIGGERS,
-        default="continuous",
+        default=TRIGGERS[0],
         help="continuous: a micro-batch every --interval; available-now: drain the backlog and exit",
     )
     parser.add_argument("--interval", default="10s", help="micro-batch interval in continuous mode")
@@ -112,6 +112,14 @@ class JobContext:
         checkpoint = folder_argument(args.checkpoint, "--checkpoint")
         checkpoint = checkpoint or default_checkpoint(registry, job)
         return cls(job, config, registry, args.trigger, interval, checkpoint)
+
+
+def stream_session(context: JobContext) -> SparkSession:
+    """A stream job's session, its JVM under the profile its trigger calls for (when this
+    process starts the JVM; under spark-submit the command line chose)."""
+    return build_session(
+        f"tidemark-{context.job}-{context.config.name}", default_profile=profile_for_trigger(context.trigger)
+    )
 
 
 def default_checkpoint(registry: TableRegistry, job: str) -> str:

@@ -25,9 +25,9 @@ from spark_jobs.jobs.common import (
     exit_on_config_error,
     job_parser,
     run_if_configured,
+    stream_session,
     writer_stream,
 )
-from spark_jobs.session import build_session
 from spark_jobs.tables import TableRegistry, change_feed, changed_rows
 from spark_jobs.transforms.gold import rolled_up
 
@@ -68,7 +68,7 @@ def run(spark: SparkSession, context: JobContext) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser("gold", "The gold rollup of fired and closed silver windows.")
     context = JobContext.from_args("gold", parser.parse_args(argv))
-    spark = build_session(f"tidemark-gold-{context.config.name}")
+    spark = stream_session(context)
     return run(spark, context)
 
 

@@ -47,9 +47,9 @@ from spark_jobs.jobs.common import (
     exit_on_config_error,
     job_parser,
     run_if_configured,
+    stream_session,
     writer_stream,
 )
-from spark_jobs.session import build_session
 from spark_jobs.sql import local_rows
 from spark_jobs.tables import TableRegistry
 
@@ -145,7 +145,7 @@ def run(spark: SparkSession, context: JobContext) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser("offline", "Offline detection with buffered event-time timers.")
     context = JobContext.from_args("offline", parser.parse_args(argv))
-    spark = build_session(f"tidemark-offline-{context.config.name}")
+    spark = stream_session(context)
     return run(spark, context)
 
 

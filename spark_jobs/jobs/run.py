@@ -24,9 +24,8 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import ConfigError
 from spark_jobs.engine import watermark_steps
-from spark_jobs.jobs.common import JobContext, exit_on_config_error, job_parser, run_streams
+from spark_jobs.jobs.common import JobContext, exit_on_config_error, job_parser, run_streams, stream_session
 from spark_jobs.jobs.stages import STAGES, job_context, stage_streams
-from spark_jobs.session import build_session
 
 
 def run(spark: SparkSession, pipeline: JobContext, flush: bool = False) -> int:
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.flush and args.trigger != "available-now":
         raise ConfigError("--flush", "needs --trigger available-now")
     pipeline = JobContext.from_args("run", args)
-    return run(build_session(f"tidemark-run-{pipeline.config.name}"), pipeline, args.flush)
+    return run(stream_session(pipeline), pipeline, args.flush)
 
 
 if __name__ == "__main__":

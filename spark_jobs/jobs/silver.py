@@ -68,9 +68,9 @@ from spark_jobs.jobs.common import (
     exit_on_config_error,
     job_parser,
     run_stream,
+    stream_session,
     writer_stream,
 )
-from spark_jobs.session import build_session
 from spark_jobs.sources import source_reports
 from spark_jobs.tables import batch_metadata, table_version
 from spark_jobs.transforms.windows import (
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         # A continuous stream stops when it is told to, which is no end of its input.
         raise ConfigError("--flush", "needs --trigger available-now")
     context = JobContext.from_args("silver", args)
-    spark = build_session(f"tidemark-silver-{context.config.name}")
+    spark = stream_session(context)
     code = run(spark, context)
     if code == 0 and args.flush:
         flush(spark, context.registry, after_stream=context.checkpoint)

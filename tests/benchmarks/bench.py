@@ -36,7 +36,8 @@ size is merged into several times, alternating sizes, with a fresh 1,000 pending
 records each time; the figures are the medians.
 
 Firing latency: bronze and silver run as continuous spark-submit streams (1 s
-trigger) while generated files land at a steady rate, each stamped with its
+trigger; under the profile a continuous stream starts with, short-jobs unless
+``$TIDEMARK_JVM_PROFILE`` says otherwise) while generated files land at a steady rate, each stamped with its
 landing moment (bronze's ``ingest_time``). A window's watermark passes its end at
 the landing of the file that carries every partition's watermark (max event time
 - bound - 1 ms, combined by minimum) to the window's last millisecond; its fired

@@ -189,9 +189,8 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
         sampler = MemorySampler(standalone.home)
         sampler.start()
         airflow.wait_for_dags(list(DAGS))
-        # The pipeline's application streams for ten minutes: C2 pays off (under the
-        # suite's short-jobs profile the soak took 14 % longer). The merges and checks
-        # beside it run for a minute each: they keep the suite's short-jobs.
+        # The run chooses its application's profile, ahead of the workers' (the suite's
+        # short-jobs) and the trigger's: the merges and checks beside it keep the workers'.
         streaming = airflow.trigger(
             "tidemark_streaming", {"mode": "continuous", "interval": "5s", "jvm_profile": "throughput"}
         )

@@ -1,7 +1,7 @@
 """Bad command lines for every job, through the ``tidemark`` dispatch: exit code 2,
 the culprit named on stderr in the one form every command uses
 (``tidemark <command>: error: <message>``), and refused before Spark starts, so
-nothing is written (the jobs' ``build_session`` is replaced by one that fails the test)."""
+nothing is written (every ``build_session`` the jobs call is replaced by one that fails the test)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import pytest
 import yaml
 
 from spark_jobs.cli import main as tidemark
-from spark_jobs.jobs import bronze, check_idle, gold, maintenance, merge_late, offline, replay, silver
+from spark_jobs.jobs import check_idle, common, maintenance, merge_late, replay
 from tests.unit.test_config import PIPELINES
 
 TELEMETRY = str(PIPELINES / "telemetry.yaml")
 CLICKSTREAM = str(PIPELINES / "clickstream.yaml")  # Kafka: no partition_column
 STREAMS = ("bronze", "silver", "gold", "offline")
-MODULES = (bronze, silver, gold, offline, replay, merge_late, check_idle, maintenance)
+# Where the jobs build their sessions (the streams through common.stream_session).
+SESSION_BUILDERS = (common, replay, merge_late, check_idle, maintenance)
 RECORD = '{"device_id": "d1", "ts": 1767225600000, "region": "north", "partition": 1}\n'
 
 
@@ -28,7 +29,7 @@ def sandbox(tmp_path, monkeypatch) -> Path:
     def no_spark(*args: object, **kwargs: object) -> None:
         raise AssertionError("the job started Spark before it refused its arguments")
 
-    for module in MODULES:
+    for module in SESSION_BUILDERS:
         monkeypatch.setattr(module, "build_session", no_spark)
     monkeypatch.setenv("LAKEHOUSE_DIR", str(tmp_path / "lakehouse"))
     monkeypatch.chdir(tmp_path)

@@ -50,3 +50,16 @@ def test_a_task_with_a_profile_submits_its_jvm_and_its_driver_under_it(monkeypat
     assert "TieredStopAtLevel" not in operator.conf["spark.driver.extraJavaOptions"]
     assert "spark.sql.codegen.factoryMode" not in operator.conf
     assert operator.env_vars[JVM_PROFILE_VARIABLE] == "throughput"
+
+
+def test_a_continuous_stream_task_without_a_profile_submits_under_short_jobs(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.delenv(JVM_PROFILE_VARIABLE, raising=False)
+    for trigger, c1_only in (("continuous", True), ("available-now", False)):
+        operator = TidemarkJobOperator(
+            task_id="pipeline", job="run", job_args=["--pipeline", "p", "--trigger", trigger], jvm_profile=""
+        )
+        operator.settle_submit()
+        assert (
+            "-XX:TieredStopAtLevel=1" in operator.conf["spark.driver.extraJavaOptions"].split()
+        ) is c1_only

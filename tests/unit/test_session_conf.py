@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs import jvm_archive
-from spark_jobs.jobs import replay
+from spark_jobs.jobs import common, replay, silver
 from spark_jobs.jvm_archive import DUMP_VARIABLE
 from spark_jobs.session import (
     JVM_PROFILE_VARIABLE,
@@ -20,6 +20,7 @@ from spark_jobs.session import (
     profile_for_records,
     spark_conf,
 )
+from spark_jobs.submit import submit_command
 from tests.unit.test_config import PIPELINES
 
 
@@ -139,4 +140,50 @@ def test_replay_starts_its_jvm_under_the_profile_its_input_size_calls_for(
     (tmp_path / "in.json").write_text(record * lines)
     with pytest.raises(SystemExit):
         replay.main(["--pipeline", str(PIPELINES / "telemetry.yaml"), "--input", str(tmp_path / "in.json")])
+    assert asked == {"default_profile": profile}
+
+
+def submitted_java_options(job: str, *job_args: str) -> list[str]:
+    command = submit_command(job, list(job_args))
+    [options] = [arg.split("=", 1)[1] for arg in command if arg.startswith("spark.driver.extraJavaOptions=")]
+    return options.split()
+
+
+@pytest.mark.parametrize(
+    ("job", "job_args", "c1_only"),
+    [
+        ("run", ("--pipeline", "p", "--trigger", "continuous"), True),
+        ("silver", ("--pipeline", "p"), True),  # a stream job is continuous unless told otherwise
+        ("bronze", ("--pipeline", "p", "--trigger=continuous", "--interval", "1s"), True),
+        ("run", ("--pipeline", "p", "--trigger", "available-now", "--flush"), False),
+        ("gold", ("--trigger=available-now", "--pipeline", "p"), False),
+        ("merge_late", ("--pipeline", "p"), False),  # no stream: its input may be any size
+        ("maintenance", ("--pipeline", "p", "--trigger", "continuous"), False),
+    ],
+)
+def test_a_continuous_stream_is_submitted_under_short_jobs_and_the_rest_under_the_default(
+    monkeypatch, job, job_args, c1_only
+):
+    monkeypatch.delenv(JVM_PROFILE_VARIABLE, raising=False)
+    assert ("-XX:TieredStopAtLevel=1" in submitted_java_options(job, *job_args)) is c1_only
+
+
+def test_the_variable_overrides_a_continuous_streams_profile(monkeypatch):
+    monkeypatch.setenv(JVM_PROFILE_VARIABLE, "throughput")
+    assert "-XX:TieredStopAtLevel=1" not in submitted_java_options("run", "--pipeline", "p")
+
+
+@pytest.mark.parametrize(
+    ("trigger", "profile"), [("continuous", "short-jobs"), ("available-now", "throughput")]
+)
+def test_a_stream_job_run_in_this_process_asks_for_its_triggers_profile(monkeypatch, trigger, profile):
+    asked = {}
+
+    def no_spark(app_name: str, **settings: object) -> None:
+        asked.update(settings)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(common, "build_session", no_spark)
+    with pytest.raises(SystemExit):
+        silver.main(["--pipeline", str(PIPELINES / "telemetry.yaml"), "--trigger", trigger])
     assert asked == {"default_profile": profile}
