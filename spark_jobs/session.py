@@ -99,7 +99,7 @@ def profile_for_records(records: int) -> str:
 
 
 # A continuous stream's micro-batch holds what arrived in one interval: small batches,
-# for hours. Under throughput the C2 compiler threads take the cores from the first
+# for hours. On one small machine Under throughput the C2 compiler threads take the cores from the first
 # batches for a minute. Bronze and silver as continuous spark-submits, 1 s triggers,
 # 100 records/s for 90 s on 2 cores, firing latency median / p95: throughput 4.51 /
 # 10.66 s, short-jobs 2.54 / 3.25; the four streams as one application fed 2,000
@@ -107,10 +107,11 @@ def profile_for_records(records: int) -> str:
 CONTINUOUS_PROFILE = "short-jobs"
 
 
-def profile_for_trigger(trigger: str | None) -> str:
-    """The JVM profile for a stream job under ``trigger`` (None: a job that is no stream).
-    An available-now run drains a backlog of any size: the default."""
-    return CONTINUOUS_PROFILE if trigger == "continuous" else DEFAULT_PROFILE
+def profile_for_trigger(trigger: str | None, local: bool) -> str:
+    """The JVM profile for a job under ``trigger`` (None: a job that is no stream) on
+    a ``local`` master or a cluster. An available-now run drains a backlog of any size,
+    and a cluster's executors have cores to spare for C2: the default."""
+    return CONTINUOUS_PROFILE if trigger == "continuous" and local else DEFAULT_PROFILE
 
 
 def is_local_master(master: str) -> bool:
@@ -205,6 +206,16 @@ def spark_conf(
     return {**base_conf(default_profile, chosen_profile), **profile_conf(local), **(overrides or {})}
 
 
+def session_master(master: str | None = None) -> str | None:
+    """The master a session in this process runs on: ``master``, else
+    ``$TIDEMARK_SPARK_MASTER``, else local; None under spark-submit, whose command
+    line chose."""
+    chosen = master or os.environ.get("TIDEMARK_SPARK_MASTER")
+    if chosen is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return DEFAULT_MASTER
+    return chosen
+
+
 def build_session(
     app_name: str,
     master: str | None = None,
@@ -219,10 +230,7 @@ def build_session(
     Under spark-submit the master chosen on its command line is kept, and so are
     the profile settings that came with it (only :func:`base_conf` is repeated).
     """
-    under_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
-    chosen = master or os.environ.get("TIDEMARK_SPARK_MASTER")
-    if chosen is None and not under_spark_submit:
-        chosen = DEFAULT_MASTER
+    chosen = session_master(master)
     builder = SparkSession.builder.appName(app_name)
     if chosen is None:
         settings = {**base_conf(), **(overrides or {})}

@@ -84,10 +84,10 @@ def package_zip(folder: str | Path | None = None) -> str:
     return str(path)
 
 
-def job_profile(job: str, job_args: Sequence[str]) -> str:
-    """The JVM profile ``job`` starts under unless one is chosen (a run's or
-    ``$TIDEMARK_JVM_PROFILE``): a continuous stream's, else the default."""
-    return profile_for_trigger(stream_trigger(job, job_args))
+def job_profile(job: str, job_args: Sequence[str], local: bool) -> str:
+    """The JVM profile ``job`` starts under on a ``local`` master or a cluster unless
+    one is chosen (a run's or ``$TIDEMARK_JVM_PROFILE``): :func:`profile_for_trigger`."""
+    return profile_for_trigger(stream_trigger(job, job_args), local)
 
 
 def submit_command(
@@ -104,7 +104,7 @@ def submit_command(
     command = [spark_submit_binary(), "--master", master, "--name", f"tidemark-{job}"]
     if not local:
         command += ["--py-files", package_zip()]
-    for key, value in spark_conf(local, conf, job_profile(job, job_args)).items():
+    for key, value in spark_conf(local, conf, job_profile(job, job_args, local)).items():
         command += ["--conf", f"{key}={value}"]
     return [*command, job_script(job), *job_args]
 

@@ -153,7 +153,7 @@ class TidemarkJobOperator(SparkSubmitOperator):
         connection = BaseHook.get_connection(self.spark_conn_id)
         local = is_local_master(spark_master(connection.conn_type, connection.host, connection.port))
         chosen = self.jvm_profile or None
-        default = job_profile(self.job, self.application_args or [])
+        default = job_profile(self.job, self.application_args or [], local)
         self.conf = spark_conf(local, self.conf, default, chosen)
         if chosen is not None:  # the driver's session repeats the profile's settings
             self.env_vars = {**(self.env_vars or {}), JVM_PROFILE_VARIABLE: chosen}

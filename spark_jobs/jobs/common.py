@@ -36,7 +36,13 @@ from pyspark.sql.streaming import StreamingQuery
 from spark_jobs.arguments import BAD_INPUT, TRIGGERS, config_error_message, print_error, with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline, parse_duration
 from spark_jobs.delta_txn import Transaction
-from spark_jobs.session import build_session, profile_for_trigger
+from spark_jobs.session import (
+    DEFAULT_MASTER,
+    build_session,
+    is_local_master,
+    profile_for_trigger,
+    session_master,
+)
 from spark_jobs.sources.progress import SourceProgress
 from spark_jobs.tables import (
     TableRef,
@@ -117,9 +123,9 @@ class JobContext:
 def stream_session(context: JobContext) -> SparkSession:
     """A stream job's session, its JVM under the profile its trigger calls for (when this
     process starts the JVM; under spark-submit the command line chose)."""
-    return build_session(
-        f"tidemark-{context.job}-{context.config.name}", default_profile=profile_for_trigger(context.trigger)
-    )
+    local = is_local_master(session_master() or DEFAULT_MASTER)
+    profile = profile_for_trigger(context.trigger, local)
+    return build_session(f"tidemark-{context.job}-{context.config.name}", default_profile=profile)
 
 
 def default_checkpoint(registry: TableRegistry, job: str) -> str:

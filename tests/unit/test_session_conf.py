@@ -143,8 +143,8 @@ def test_replay_starts_its_jvm_under_the_profile_its_input_size_calls_for(
     assert asked == {"default_profile": profile}
 
 
-def submitted_java_options(job: str, *job_args: str) -> list[str]:
-    command = submit_command(job, list(job_args))
+def submitted_java_options(job: str, *job_args: str, master: str | None = None) -> list[str]:
+    command = submit_command(job, list(job_args), master=master)
     [options] = [arg.split("=", 1)[1] for arg in command if arg.startswith("spark.driver.extraJavaOptions=")]
     return options.split()
 
@@ -166,6 +166,13 @@ def test_a_continuous_stream_is_submitted_under_short_jobs_and_the_rest_under_th
 ):
     monkeypatch.delenv(JVM_PROFILE_VARIABLE, raising=False)
     assert ("-XX:TieredStopAtLevel=1" in submitted_java_options(job, *job_args)) is c1_only
+
+
+def test_a_continuous_stream_on_a_cluster_keeps_the_default_profile(monkeypatch, tmp_path):
+    monkeypatch.delenv(JVM_PROFILE_VARIABLE, raising=False)
+    monkeypatch.setenv("TIDEMARK_CACHE_DIR", str(tmp_path))  # where the shipped package zip goes
+    options = submitted_java_options("run", "--pipeline", "p", master="spark://10.0.0.7:7077")
+    assert "-XX:TieredStopAtLevel=1" not in options
 
 
 def test_the_variable_overrides_a_continuous_streams_profile(monkeypatch):
