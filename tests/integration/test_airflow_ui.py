@@ -394,5 +394,5 @@ def test_the_streaming_trigger_form_offers_the_jvm_profile(airflow, chromium):
     shown = trigger_form(airflow, chromium, "tidemark_streaming", "jvm_profile")
     for param in ("pipeline", "mode", "interval", "one_application", "jvm_profile"):
         assert f"\n{param}\n" in shown, f"the trigger form lacks the {param!r} Param"
-    assert "throughput for streams that run for hours" in shown
+    assert "else short-jobs for continuous streams and throughput for the rest" in shown
     assert "\njvm_profile\nthe workers' default\n" in shown  # the empty choice, named
