@@ -11,8 +11,9 @@ By default the four streams are queries of one Spark application (`tidemark run`
 one task: one JVM start-up instead of four, and a failed query fails the task).
 Turn `one_application` off to submit each stream on its own (scale-out on a
 cluster); both keep each stream's checkpoint, so a pipeline can move between them.
-`jvm_profile` picks the streams' JVM profile for this run (`throughput` for streams
-that run for hours), ahead of the workers' `TIDEMARK_JVM_PROFILE`.
+`jvm_profile` picks the streams' JVM profile for this run, ahead of the workers'
+`TIDEMARK_JVM_PROFILE`; without either, continuous streams start under `short-jobs`
+(their batches are one interval's records) and available-now passes under `throughput`.
 """
 
 from datetime import timedelta
