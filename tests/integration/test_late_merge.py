@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,35 @@ def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock
     assert detector_ran
     assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
     assert detector_watermark(spark, registry) == MAX_WATERMARK
+    assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
+    assert_reconciles(spark, registry)
+
+
+def test_a_re_derivation_landing_inside_another_of_the_same_keys_does_not_start_over(
+    spark, tmp_path, monkeypatch
+):
+    # The live detector re-derives the keys its batch touched while a merge re-derives
+    # its late tracks' keys: at one clock both compute the same rows, so neither may
+    # make the other start over (they did, in turn, until the merge gave up).
+    pipeline, registry = replayed_fleet(spark, tmp_path, devices=4, duration_ms=40 * 60_000, flush=False)
+    replace_events = detector.replace_events
+    merge_attempts, inside = [], []
+
+    def another_re_derivation_between_events_and_state(spark, events_table, key, keys, fresh) -> None:
+        replace_events(spark, events_table, key, keys, fresh)
+        if inside:
+            return
+        merge_attempts.append(keys.count())
+        if len(merge_attempts) == 1:
+            inside.append(True)
+            assert detector.rederive_keys(spark, registry, keys, datetime.now(UTC)) == keys.count()
+            inside.clear()
+
+    monkeypatch.setattr(detector, "replace_events", another_re_derivation_between_events_and_state)
+    assert merge_late.main(["--pipeline", str(pipeline), "--lakehouse", registry.root]) == 0
+    assert len(merge_attempts) == 1 and merge_attempts[0] > 0
+    assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
+    end_the_input(spark, registry)
     assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
     assert_reconciles(spark, registry)
 
