@@ -5,6 +5,7 @@ and the late merge both drive it; neither reaches into the other."""
 
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -379,6 +380,12 @@ def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame,
             changes = last_changes(key, new_last)
             if not merge_state(spark, state_table, key, changes, None, now, state.version):
                 return affected
+            if attempt + 1 < REDERIVE_ATTEMPTS:
+                print(
+                    f"tidemark: a detector batch committed beside the re-derivation of {affected} keys; "
+                    f"starting over ({attempt + 1} of {REDERIVE_ATTEMPTS - 1})",
+                    file=sys.stderr,
+                )
         raise RuntimeError(
             f"the offline detector kept committing during {REDERIVE_ATTEMPTS} re-derivations of "
             f"{affected} keys; run the merge again"

@@ -212,7 +212,7 @@ def test_a_merge_landing_inside_a_detector_batch_leaves_the_status_events_of_a_b
 
 
 def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock_back_nor_changes_events(
-    spark, tmp_path, monkeypatch
+    spark, tmp_path, monkeypatch, capsys
 ):
     pipeline, registry = replayed_fleet(spark, tmp_path, devices=4, duration_ms=40 * 60_000, flush=False)
     assert statuses_of(spark, registry.late_tracks.path) == {"pending"}
@@ -228,6 +228,8 @@ def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock
     monkeypatch.setattr(detector, "replace_events", detector_between_events_and_state)
     assert merge_late.main(["--pipeline", str(pipeline), "--lakehouse", registry.root]) == 0
     assert detector_ran
+    # The batch moved the clock the re-derivation had read: it started over.
+    assert "a detector batch committed beside the re-derivation" in capsys.readouterr().err
     assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
     assert detector_watermark(spark, registry) == MAX_WATERMARK
     assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
