@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 from datetime import UTC, datetime
@@ -59,6 +60,24 @@ def replayed_fleet(
     config = load_pipeline(pipeline)
     assert replay(spark, config, source, str(lakehouse), batch_size=500, flush=flush) == 0
     return pipeline, TableRegistry(config, str(lakehouse))
+
+
+@pytest.fixture(scope="module")
+def unflushed_fleet(spark, tmp_path_factory) -> Path:
+    """A small fleet replayed without the end of input: its late records and tracks
+    are pending. Built once; each test works on its own copy (:func:`copy_of`)."""
+    folder = tmp_path_factory.mktemp("unflushed-fleet")
+    replayed_fleet(spark, folder, devices=4, duration_ms=40 * 60_000, flush=False)
+    return folder
+
+
+def copy_of(replayed: Path, folder: Path) -> tuple[Path, TableRegistry]:
+    """A copy of a :func:`replayed_fleet` folder (Delta tables and stream checkpoints
+    refer to their files relatively): its pipeline file and tables."""
+    copy = folder / replayed.name
+    shutil.copytree(replayed, copy)
+    (pipeline,) = copy.glob("*.yaml")
+    return pipeline, TableRegistry(load_pipeline(pipeline), str(copy / "lakehouse"))
 
 
 def quarantine_by_status(spark, registry: TableRegistry) -> dict[str, int]:
@@ -191,9 +210,9 @@ def detector_watermark(spark, registry: TableRegistry) -> int:
 
 
 def test_a_merge_landing_inside_a_detector_batch_leaves_the_status_events_of_a_batch_computation(
-    spark, tmp_path, monkeypatch
+    spark, unflushed_fleet, tmp_path, monkeypatch
 ):
-    pipeline, registry = replayed_fleet(spark, tmp_path, devices=4, duration_ms=40 * 60_000, flush=False)
+    pipeline, registry = copy_of(unflushed_fleet, tmp_path)
     assert statuses_of(spark, registry.late_tracks.path) == {"pending"}
     merged_inside = []
 
@@ -212,9 +231,9 @@ def test_a_merge_landing_inside_a_detector_batch_leaves_the_status_events_of_a_b
 
 
 def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock_back_nor_changes_events(
-    spark, tmp_path, monkeypatch, capsys
+    spark, unflushed_fleet, tmp_path, monkeypatch, capsys
 ):
-    pipeline, registry = replayed_fleet(spark, tmp_path, devices=4, duration_ms=40 * 60_000, flush=False)
+    pipeline, registry = copy_of(unflushed_fleet, tmp_path)
     assert statuses_of(spark, registry.late_tracks.path) == {"pending"}
     replace_events = detector.replace_events
     detector_ran = []
@@ -237,12 +256,12 @@ def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock
 
 
 def test_a_re_derivation_landing_inside_another_of_the_same_keys_does_not_start_over(
-    spark, tmp_path, monkeypatch
+    spark, unflushed_fleet, tmp_path, monkeypatch
 ):
     # The live detector re-derives the keys its batch touched while a merge re-derives
     # its late tracks' keys: at one clock both compute the same rows, so neither may
     # make the other start over (they did, in turn, until the merge gave up).
-    pipeline, registry = replayed_fleet(spark, tmp_path, devices=4, duration_ms=40 * 60_000, flush=False)
+    pipeline, registry = copy_of(unflushed_fleet, tmp_path)
     replace_events = detector.replace_events
     merge_attempts, inside = [], []
 
