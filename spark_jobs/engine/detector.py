@@ -308,9 +308,24 @@ def advance_detector(
     changes = state_changes(key, new_last, buffer, arrived, steps.after, spark)
     if merge_state(spark, state_table, key, changes, (f"{txn[0]}:state", txn[1]), now, state.version):
         touched = new_last.select(*key).unionByName(events.select(*key))
-        rederive_keys(spark, registry, touched, now)
+        rederive_keys(
+            spark, registry, touched.unionByName(rewritten_keys(spark, state_table, key, state)), now
+        )
     crash_point("offline:state")
     return emitted
+
+
+def rewritten_keys(spark: SparkSession, state: TableRef, key: Sequence[str], read: StateRead) -> DataFrame:
+    """The keys whose last row differs between ``read`` and the table now. A batch
+    whose MERGE came after another writer's judged these keys against rows that writer
+    replaced: a merge's re-derivation can bring a key the batch read as offline back
+    online, and the batch, having emitted nothing for it, would not re-derive it."""
+
+    def last_rows(rows: DataFrame) -> DataFrame:
+        return rows.where(F.col("kind") == LAST).select(*key, "ts_ms", "status")
+
+    before, after = last_rows(read.rows), last_rows(spark.read.format("delta").load(state.path))
+    return after.exceptAll(before).unionByName(before.exceptAll(after)).select(*key)
 
 
 def pending_late_tracks(spark: SparkSession, registry: TableRegistry, in_range: Column) -> DataFrame:

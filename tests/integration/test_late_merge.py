@@ -3,6 +3,7 @@ and gold equal a plain batch computation over all of bronze (eventual exactness)
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -227,6 +228,48 @@ def test_a_merge_landing_inside_a_detector_batch_leaves_the_status_events_of_a_b
     assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
     assert detector_watermark(spark, registry) == MAX_WATERMARK
     assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
+    assert_reconciles(spark, registry)
+
+
+def telemetry_line(device: str, minute: int) -> str:
+    record = {"device_id": device, "ts": START_MS + minute * 60_000 + 1000, "region": "east"}
+    return json.dumps({**record, "battery": 50.0, "speed": 1.0, "partition": 0})
+
+
+def test_a_device_a_merge_brings_back_online_inside_a_detector_batch_still_goes_offline_at_its_timeout(
+    spark, tmp_path, monkeypatch
+):
+    # x sends at minutes 0 and 1 and goes offline at 31 (30-minute timeout); a late
+    # track at 60 arrives at 72, while a keeps the watermark moving until 75. The merge
+    # re-derives x inside the end of input's detector batch: x online since 60, and the
+    # batch, which read x as offline and emitted nothing for it, must still give its
+    # offline at 90.
+    pipeline = write_pipeline(tmp_path)
+    lines = [telemetry_line("a", minute) for minute in range(76)]
+    lines[2:2] = [telemetry_line("x", 0), telemetry_line("x", 1)]
+    lines.insert(lines.index(telemetry_line("a", 72)) + 1, telemetry_line("x", 60))
+    source = tmp_path / "devices.json"
+    source.write_text("\n".join(lines) + "\n")
+    config = load_pipeline(pipeline)
+    registry = TableRegistry(config, str(tmp_path / "lakehouse"))
+    assert replay(spark, config, source, registry.root, batch_size=10) == 0
+    assert statuses_of(spark, registry.late_tracks.path) == {"pending"}
+    merged_inside = []
+
+    def merge_between_events_and_state(step: str) -> None:
+        if step == "offline:events" and not merged_inside:
+            merged_inside.append(merge_late.main(["--pipeline", str(pipeline), "--lakehouse", registry.root]))
+
+    monkeypatch.setattr(detector, "crash_point", merge_between_events_and_state)
+    end_the_input(spark, registry)
+    assert merged_inside == [0]
+    events = engine_status_events(spark, registry)
+    assert [event for event in events if event[0] == "x"] == [
+        ("x", "offline", START_MS + 31 * 60_000 + 1000),
+        ("x", "offline", START_MS + 90 * 60_000 + 1000),
+        ("x", "online", START_MS + 60 * 60_000 + 1000),
+    ]
+    assert events == batch_status_events(spark, registry)
     assert_reconciles(spark, registry)
 
 
