@@ -87,6 +87,11 @@ def read_state(spark: SparkSession, state: TableRef) -> StateRead:
     return StateRead(rows, version)
 
 
+def last_rows(state: DataFrame, key: Sequence[str]) -> DataFrame:
+    """Each key's last handled track and status, from the detector's state rows."""
+    return state.where(F.col("kind") == LAST).select(*key, "ts_ms", "status")
+
+
 def detector_clock(state: DataFrame) -> DetectorClock:
     row = state.where(F.col("kind") == CLOCK).select("ts_ms", "version").first()
     return DetectorClock() if row is None else DetectorClock(row.ts_ms, row.version)
@@ -205,7 +210,7 @@ def merge_state(
 ) -> bool:
     """MERGE ``changes``, computed from the state read at ``read_version``, into the
     state table. True when the changes were computed from a stale state and the
-    caller must re-derive the keys it touched: a detector batch (``txn`` given) is
+    caller must re-derive: a detector batch (``txn`` given) is
     stale after any other commit in between (the detector's or a merge's
     re-derivation rewrote rows it read); a re-derivation (no ``txn``) only after a
     detector batch's, which moved the clock. Two re-derivations at one clock compute
@@ -295,7 +300,7 @@ def advance_detector(
     watermark = steps.after.watermark
     buffer = state.rows.where(F.col("kind") == BUFFERED).select(*key, "ts_ms")
     due = buffer.unionByName(arrived).where(F.col("ts_ms") <= F.lit(watermark))
-    last = state.rows.where(F.col("kind") == LAST).select(*key, "ts_ms", "status")
+    last = last_rows(state.rows, key)
     events, new_last = transitions(last, due, key, offline.timeout_ms, watermark)
     rows = event_rows(events, key, steps.watermarks, now).persist()
     try:
@@ -320,11 +325,7 @@ def rewritten_keys(spark: SparkSession, state: TableRef, key: Sequence[str], rea
     whose MERGE came after another writer's judged these keys against rows that writer
     replaced: a merge's re-derivation can bring a key the batch read as offline back
     online, and the batch, having emitted nothing for it, would not re-derive it."""
-
-    def last_rows(rows: DataFrame) -> DataFrame:
-        return rows.where(F.col("kind") == LAST).select(*key, "ts_ms", "status")
-
-    before, after = last_rows(read.rows), last_rows(spark.read.format("delta").load(state.path))
+    before, after = last_rows(read.rows, key), last_rows(spark.read.format("delta").load(state.path), key)
     return after.exceptAll(before).unionByName(before.exceptAll(after)).select(*key)
 
 
