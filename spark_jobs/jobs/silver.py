@@ -175,7 +175,7 @@ class SilverBatchWriter(BatchWriter):
             late_total = sum(n for (_, is_late), n in counts.items() if is_late)
             on_time = pairs.where(~F.col("is_late"))
             if not self.landed(registry.silver, batch_id):
-                partials = window_partials(on_time, config)
+                partials = window_partials(on_time, config, [clock.version for clock in plan])
                 label = batch_metadata(self.app_id, batch_id, {})
                 write_windows(spark, registry, partials, plan, label, now)
                 crash_point("silver:windows")

@@ -115,25 +115,31 @@ def judge_pairs(
 def with_starting_watermark(rows: DataFrame, watermarks_before: Mapping[int, int]) -> DataFrame:
     """``rows`` (each of a bronze ``version``) with ``watermark``: the one its version
     started at, from ``watermarks_before`` (version -> watermark). Rows of a version
-    the mapping does not name are dropped.
+    the mapping does not name are dropped (:func:`per_version`)."""
+    found, watermark = per_version(watermarks_before)
+    return rows.where(found).withColumn("watermark", watermark)
+
+
+def per_version(values: Mapping[int, int]) -> tuple[Column, Column]:
+    """(whether ``values`` names the row's ``version``, the value it names for it).
 
     The mapping travels as data in the plan, not as a broadcast (a Spark job on every
     batch) nor as long literals (Spark writes those into its generated code, so every
     batch would compile again): two array literals, which the code references, hold
-    each version and its watermark at slot ``version mod P``, P the power of two at
+    each version and its value at slot ``version mod P``, P the power of two at
     least the versions' span, so a row finds its version in one step (distinct
     versions of a span no longer than P take distinct slots). P changes only when
     the span passes a power of two."""
-    versions = sorted(watermarks_before)
+    versions = sorted(values)
     slots = 1 << (versions[-1] - versions[0]).bit_length() if versions else 1
     slot_versions: list[int | None] = [None] * slots
-    slot_watermarks: list[int | None] = [None] * slots
+    slot_values: list[int | None] = [None] * slots
     for version in versions:
         slot_versions[version % slots] = version
-        slot_watermarks[version % slots] = watermarks_before[version]
+        slot_values[version % slots] = values[version]
     slot = (F.pmod(F.col("version"), F.lit(slots)) + 1).cast("int")
     found = F.element_at(_long_array(slot_versions), slot) == F.col("version")
-    return rows.where(found).withColumn("watermark", F.element_at(_long_array(slot_watermarks), slot))
+    return found, F.element_at(_long_array(slot_values), slot)
 
 
 def _long_array(values: Sequence[int | None]) -> Column:
@@ -147,12 +153,34 @@ def partial_key(config: PipelineConfig) -> tuple[str, ...]:
     return ("window_start_ms", "window_end_ms", *config.key)
 
 
-def window_partials(on_time: DataFrame, config: PipelineConfig) -> DataFrame:
+# A partial's micro-batches are gathered as bits (a bit per micro-batch of the run, 64
+# to a word, OR-ed together) rather than by collect_set: an object aggregate, which at
+# a million pairs took twice the time of the window's measures (2.0 s against 0.9 s warm).
+VERSION_BITS_PER_WORD = 64
+
+
+def window_partials(on_time: DataFrame, config: PipelineConfig, run_versions: Sequence[int]) -> DataFrame:
     """On-time pairs -> one row per (window, key) with partial aggregates and the
-    sorted list of micro-batches (``versions``) that added records to it."""
-    return on_time.groupBy(*partial_key(config)).agg(
-        *partial_aggregates(config), F.array_sort(F.collect_set("version")).alias("versions")
-    )
+    sorted list of micro-batches (``versions``) that added records to it, out of the
+    run's ``run_versions`` (every pair's version is one of them)."""
+    ordered = sorted(run_versions)
+    _, index = per_version({version: position for position, version in enumerate(ordered)})
+    words = -(-len(ordered) // VERSION_BITS_PER_WORD)
+    bit = _bit(index % VERSION_BITS_PER_WORD)
+    word_of = F.floor(index / VERSION_BITS_PER_WORD)
+    masks = F.array(*(F.bit_or(F.when(word_of == word, bit).otherwise(0)) for word in range(words)))
+    partials = on_time.groupBy(*partial_key(config)).agg(*partial_aggregates(config), masks.alias("versions"))
+
+    def present(_: Column, position: Column) -> Column:
+        word = F.element_at(F.col("versions"), (F.floor(position / VERSION_BITS_PER_WORD) + 1).cast("int"))
+        return word.bitwiseAND(_bit(position % VERSION_BITS_PER_WORD)) != 0
+
+    return partials.withColumn("versions", F.filter(_long_array(ordered), present))
+
+
+def _bit(position: Column) -> Column:
+    """The long with only bit ``position`` (0-63) set."""
+    return F.call_function("shiftleft", F.lit(1).cast("long"), position.cast("int"))
 
 
 def first_firing_version(versions: Column, watermarks_after: Column) -> Column:

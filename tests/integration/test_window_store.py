@@ -34,8 +34,9 @@ AT_FIRING = MINUTE - 1
 AT_CLEANUP = MINUTE - 1 + LATENESS_MS
 
 
-def partials(spark, records: list[tuple[int, str, float, int]]):
-    """(minute, device, battery, bronze version) on-time pairs -> window partials."""
+def partials(spark, records: list[tuple[int, str, float, int]], run_versions: list[int]):
+    """(minute, device, battery, bronze version) on-time pairs of a run of the
+    micro-batches ``run_versions`` -> window partials."""
     pairs = spark.createDataFrame(
         [
             (minute * MINUTE, (minute + 1) * MINUTE, "r1", device, battery, 1.0, version)
@@ -44,14 +45,16 @@ def partials(spark, records: list[tuple[int, str, float, int]]):
         "window_start_ms long, window_end_ms long, region string, device_id string, "
         "battery double, speed double, version long",
     )
-    return window_partials(pairs, CONFIG)
+    return window_partials(pairs, CONFIG, run_versions)
 
 
 def batch(spark, in_play_windows, records, clocks: list[tuple[int, int]], now: datetime):
     """The windows in play after one micro-batch of ``records`` whose bronze versions
     move the watermark as ``clocks`` (version, watermark after) say."""
     plan = [VersionClock(version, 0, MIN_WATERMARK, watermark, 1, 0) for version, watermark in clocks]
-    return updated_windows(in_play_windows, partials(spark, records), CONFIG, plan, now)
+    return updated_windows(
+        in_play_windows, partials(spark, records, [v for v, _ in clocks]), CONFIG, plan, now
+    )
 
 
 def nothing_in_play(spark):
@@ -152,6 +155,39 @@ def test_a_micro_batch_with_a_new_watermark_and_time_runs_the_code_of_the_one_be
 
         assert rows(windows) == {(0, "d1"): (2, 30.0, 80.0, 1, FIRED, millis(NOW))}
         assert classes_compiled(spark) == compiled
+
+
+def versions_of_partials(spark, records: list[tuple[int, str, int]], run_versions: list[int]) -> dict:
+    """(minute, device, version) pairs -> (minute, device) -> the partial's ``versions``."""
+    made = partials(
+        spark, [(minute, device, 50.0, version) for minute, device, version in records], run_versions
+    )
+    selected = made.select((F.col("window_start_ms") / MINUTE).cast("int"), "device_id", "versions").collect()
+    return {(row[0], row[1]): row[2] for row in selected}
+
+
+def test_a_partial_lists_each_micro_batch_that_added_to_it_once_in_order(spark):
+    records = [(0, "d1", 7), (0, "d1", 3), (0, "d1", 7), (0, "d2", 5)]
+
+    assert versions_of_partials(spark, records, [3, 5, 7]) == {(0, "d1"): [3, 7], (0, "d2"): [5]}
+
+
+def test_a_partial_lists_its_micro_batches_of_a_run_of_more_than_sixty_four(spark):
+    # Sixty-four micro-batches to a word of bits: the 64th (the sign bit), the 65th
+    # (the next word's first) and the last of 130 (a third word).
+    run = list(range(1000, 1130))
+    records = [(0, "d1", 1063), (0, "d1", 1064), (0, "d1", 1129), (0, "d2", 1000), (0, "d2", 1063)]
+
+    assert versions_of_partials(spark, records, run) == {
+        (0, "d1"): [1063, 1064, 1129],
+        (0, "d2"): [1000, 1063],
+    }
+
+
+def test_a_partial_lists_its_micro_batches_of_a_run_whose_versions_have_gaps(spark):
+    records = [(0, "d1", 40), (0, "d1", 9), (1, "d1", 41)]
+
+    assert versions_of_partials(spark, records, [9, 40, 41, 300]) == {(0, "d1"): [9, 40], (1, "d1"): [41]}
 
 
 def shuffles(frame) -> int:
