@@ -167,15 +167,19 @@ def window_partials(on_time: DataFrame, config: PipelineConfig, run_versions: Se
     _, index = per_version({version: position for position, version in enumerate(ordered)})
     words = -(-len(ordered) // VERSION_BITS_PER_WORD)
     bit = _bit(index % VERSION_BITS_PER_WORD)
-    word_of = F.floor(index / VERSION_BITS_PER_WORD)
-    masks = F.array(*(F.bit_or(F.when(word_of == word, bit).otherwise(0)) for word in range(words)))
+    masks = F.array(*(F.bit_or(F.when(_word(index) == word, bit).otherwise(0)) for word in range(words)))
     partials = on_time.groupBy(*partial_key(config)).agg(*partial_aggregates(config), masks.alias("versions"))
 
     def present(_: Column, position: Column) -> Column:
-        word = F.element_at(F.col("versions"), (F.floor(position / VERSION_BITS_PER_WORD) + 1).cast("int"))
+        word = F.element_at(F.col("versions"), (_word(position) + 1).cast("int"))
         return word.bitwiseAND(_bit(position % VERSION_BITS_PER_WORD)) != 0
 
     return partials.withColumn("versions", F.filter(_long_array(ordered), present))
+
+
+def _word(position: Column) -> Column:
+    """Which word (from 0) holds the bit of micro-batch ``position`` of the run."""
+    return F.floor(position / VERSION_BITS_PER_WORD)
 
 
 def _bit(position: Column) -> Column:
