@@ -25,7 +25,6 @@ def tidemark_hourly_report() -> None:
         task_id="hour_complete_in_event_time",
         pipeline="{{ params.pipeline }}",
         moment="{{ data_interval_end }}",
-        poke_interval=60,
         timeout=timedelta(hours=6).total_seconds(),
     )
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow.configuration import conf
 from airflow.sdk import BaseSensorOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -25,6 +26,21 @@ def has_passed(watermark: int | None, moment_ms: int) -> bool:
     """Whether the watermark has passed ``moment_ms``, as for a window ending there:
     watermark >= moment - 1 ms. No watermark yet has passed nothing."""
     return watermark is not None and watermark >= moment_ms - 1
+
+
+# A sensor that names no poke_interval reads the watermark this often: Airflow's
+# ``[tidemark] watermark_poke_interval`` (``AIRFLOW__TIDEMARK__WATERMARK_POKE_INTERVAL``).
+POKE_INTERVAL_OPTION = ("tidemark", "watermark_poke_interval")
+DEFAULT_POKE_INTERVAL_S = 60.0
+
+
+def default_poke_interval() -> float:
+    """Seconds between a WatermarkSensor's watermark reads unless it names its own."""
+    section, key = POKE_INTERVAL_OPTION
+    seconds = conf.getfloat(section, key, fallback=DEFAULT_POKE_INTERVAL_S)
+    if seconds <= 0:
+        raise ValueError(f"[{section}] {key}={seconds:g}: expected seconds above 0")
+    return seconds
 
 
 class WatermarkTrigger(BaseTrigger):
@@ -64,7 +80,8 @@ class WatermarkSensor(BaseSensorOperator):
     ``{{ data_interval_end }}`` Airflow's data interval meets the watermark.
 
     Deferrable by default: while it waits, a :class:`WatermarkTrigger` polls in the
-    triggerer and no worker slot is held. ``deferrable=False`` pokes from a worker."""
+    triggerer and no worker slot is held. ``deferrable=False`` pokes from a worker.
+    Without a ``poke_interval`` it polls every :func:`default_poke_interval` seconds."""
 
     template_fields: Sequence[str] = ("pipeline", "moment")
 
@@ -77,7 +94,7 @@ class WatermarkSensor(BaseSensorOperator):
         deferrable: bool = True,
         **kwargs: Any,
     ):
-        super().__init__(**kwargs)
+        super().__init__(**{"poke_interval": default_poke_interval(), **kwargs})
         self.pipeline = pipeline
         self.moment = moment
         self.lakehouse = lakehouse

@@ -36,7 +36,10 @@ def lakehouse(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory, lakehouse):
-    with airflow_standalone(tmp_path_factory.mktemp("e2e-airflow"), lakehouse) as standalone:
+    # The sensor's trigger reads the watermark every few seconds, not every minute: the
+    # test waits for the poll after the flush.
+    settings = {"AIRFLOW__TIDEMARK__WATERMARK_POKE_INTERVAL": "3"}
+    with airflow_standalone(tmp_path_factory.mktemp("e2e-airflow"), lakehouse, settings) as standalone:
         yield standalone.client
     assert standalone.leftovers == [], "Airflow left processes behind"
 

@@ -10,6 +10,7 @@ import importlib
 from datetime import UTC, datetime
 
 import pytest
+from airflow.exceptions import AirflowConfigException
 from airflow.sdk.exceptions import TaskDeferred
 from tidemark_airflow import sensors
 from tidemark_airflow.sensors import WatermarkSensor, WatermarkTrigger, has_passed
@@ -88,3 +89,41 @@ def test_the_sensor_defers_to_a_trigger_for_its_moment_when_the_watermark_has_no
         "poll_interval": 5,
     }
     assert deferred.value.method_name == "execute_complete"
+
+
+POKE_INTERVAL_VARIABLE = "AIRFLOW__TIDEMARK__WATERMARK_POKE_INTERVAL"
+
+
+def deferred_poll_interval(root: str, **kwargs) -> float:  # noqa: F811
+    moment = at_millis(TELEMETRY_WATERMARK + 2)
+    waiting = WatermarkSensor(
+        task_id="hour_complete", pipeline="telemetry", moment=moment, lakehouse=root, **kwargs
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        waiting.execute({})
+    return deferred.value.trigger.serialize()[1]["poll_interval"]
+
+
+def test_a_sensor_without_a_poke_interval_polls_every_minute(root, monkeypatch):  # noqa: F811
+    monkeypatch.delenv(POKE_INTERVAL_VARIABLE, raising=False)
+    assert deferred_poll_interval(root) == 60
+
+
+def test_a_sensor_without_a_poke_interval_polls_as_often_as_airflows_tidemark_option_says(
+    root,  # noqa: F811
+    monkeypatch,
+):
+    monkeypatch.setenv(POKE_INTERVAL_VARIABLE, "7")
+    assert deferred_poll_interval(root) == 7
+
+
+def test_a_sensors_own_poke_interval_wins_over_the_option(root, monkeypatch):  # noqa: F811
+    monkeypatch.setenv(POKE_INTERVAL_VARIABLE, "7")
+    assert deferred_poll_interval(root, poke_interval=30) == 30
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+def test_a_poke_interval_option_that_is_no_positive_number_is_refused_by_name(monkeypatch, value):
+    monkeypatch.setenv(POKE_INTERVAL_VARIABLE, value)
+    with pytest.raises((ValueError, AirflowConfigException), match="watermark_poke_interval"):
+        WatermarkSensor(task_id="hour_complete", pipeline="telemetry", moment=at_millis(0))
