@@ -253,3 +253,13 @@ def test_every_cookbook_statement_in_the_readme_runs(served):
     # One client session for all of them: beeline stops at the first failure and names it.
     done = served.sql(";\n".join(statements), timeout=600)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_client_runs_beeline_as_a_short_job_with_the_callers_own_options_last(served, monkeypatch):
+    monkeypatch.setenv("SPARK_BEELINE_OPTS", "-XX:+PrintCommandLineFlags -XX:CICompilerCount=2")
+    done = served.sql("SELECT 41 + 1 AS answer")
+    assert done.returncode == 0, done.stderr
+    flags, *result = done.stdout.splitlines()
+    assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:CICompilerCount=2"} <= set(flags.split())
+    assert "-XX:CICompilerCount=1" not in flags.split()  # the caller's came last, and won
+    assert result == ["answer", "42"]
