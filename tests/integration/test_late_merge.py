@@ -360,7 +360,14 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
 
     monkeypatch.setattr(merge_late, "crash_point", hold_until_silver_commits)
     try:
-        wait_for(lambda: table_rows(spark, registry.quarantine.path) > 0, 300, "a first quarantined record")
+        # Spark conditions are polled every second or two: each poll is a few Spark jobs,
+        # CPU taken from the streams under test.
+        wait_for(
+            lambda: table_rows(spark, registry.quarantine.path) > 0,
+            300,
+            "a first quarantined record",
+            interval=1,
+        )
         for _ in range(2):
             assert run_here("merge_late", pipeline, lakehouse, streaming=False).returncode == 0
         stream_alive = streams.poll() is None
@@ -370,6 +377,7 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
             ),
             300,
             "silver to read all of bronze",
+            interval=2,
         )
     finally:
         stop_gracefully(streams)

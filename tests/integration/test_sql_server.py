@@ -119,22 +119,25 @@ def test_queries_see_a_running_stream_commit_and_tables_created_later(spark, ser
     stream = start_job(
         "bronze", served.pipeline, Path(registry.root), "--trigger", "continuous", "--interval", "2s"
     )
+    # Waits watch the table here, each query over the wire is asked once: a client
+    # call is a JVM of its own (1.5-2 CPU-s).
     try:
         wait_for(
-            lambda: served.value(f"SELECT count(*) FROM bronze.{name}") > before,
-            300,
-            "the stream's first commit seen through SQL",
+            lambda: delta_commits(registry.bronze.path) - 1 > version_before, 300, "the stream's first commit"
         )
+        assert served.value(f"SELECT count(*) FROM bronze.{name}") > before
         # History shows the stream's commits, and time travel answers with the version
         # from before the stream, while it commits.
         history = served.rows(f"DESCRIBE HISTORY bronze.{name}")
         assert max(int(row["version"]) for row in history) > version_before
         assert served.value(f"SELECT count(*) FROM bronze.{name} VERSION AS OF {version_before}") == before
         wait_for(
-            lambda: served.value(f"SELECT count(*) FROM bronze.{name}") == before + extra.valid,
+            lambda: spark.read.format("delta").load(registry.bronze.path).count() == before + extra.valid,
             300,
             "every landed record in bronze",
+            interval=2,
         )
+        assert served.value(f"SELECT count(*) FROM bronze.{name}") == before + extra.valid
     finally:
         kill_hard(stream)
     assert served.value(f"SELECT count(*) FROM ops.rejects WHERE pipeline = '{name}'") == (
@@ -144,7 +147,12 @@ def test_queries_see_a_running_stream_commit_and_tables_created_later(spark, ser
     # A pipeline no file given to the server names: its tables, once created, are found.
     assert not served.rows("SHOW TABLES IN bronze LIKE 'fleet2'")
     served.later.create_missing(spark)
-    wait_for(lambda: served.rows("SHOW TABLES IN bronze LIKE 'fleet2'"), 300, "fleet2's tables registered")
+    wait_for(
+        lambda: served.rows("SHOW TABLES IN bronze LIKE 'fleet2'"),
+        300,
+        "fleet2's tables registered",
+        interval=2,
+    )
     own = [table for table in served.later.all() if table.layer != "ops"]
     assert counts_over_the_wire(served, own) == {table.sql_name: 0 for table in own}
 
