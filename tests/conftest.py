@@ -55,6 +55,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))
 
 
+# The session JVM's compiler and heap, measured on three in-process test files
+# (offline detection, silver engine, late merge: 23 tests) by the JVM's threads.
+# C2 pays back here (C1 alone: 553 CPU-s against 453-535), but its thread compiled
+# every lukewarm method: 127-148 of those CPU-s. Three times the JDK's tier-4
+# thresholds leave C2 the hot ones. A serial heap grown from its initial size ran 8
+# full collections in the first 90 s, and its small young generation collected
+# often: the heap starts at its maximum with a 640 MB young generation. Together:
+# 417-427 CPU-s (compiler 92-96, collector 14-15 instead of 24-26).
+SESSION_JVM_OPTIONS = (
+    "-XX:+UseSerialGC -Xms2g -Xmn640m"
+    " -XX:Tier4InvocationThreshold=15000 -XX:Tier4MinInvocationThreshold=1800"
+    " -XX:Tier4CompileThreshold=45000 -XX:Tier4BackEdgeThreshold=120000"
+)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from spark_jobs.session import build_session
@@ -75,7 +90,7 @@ def spark():
                 # One long-lived driver on two cores: G1's concurrent threads cost it more
                 # than they save. Five in-process tests (late merge, crash points) took
                 # 213 and 240 CPU-s with the serial collector against 254 and 262 with G1.
-                "spark.driver.extraJavaOptions": f"{java_options} -XX:+UseSerialGC",
+                "spark.driver.extraJavaOptions": f"{java_options} {SESSION_JVM_OPTIONS}",
             },
         )
     session.sparkContext.setLogLevel("ERROR")
