@@ -20,6 +20,7 @@ from spark_jobs.session import (
     profile_for_records,
     spark_conf,
 )
+from spark_jobs.sql_client import BEELINE_JAVA_OPTIONS
 from spark_jobs.submit import submit_command
 from tests.unit.test_config import PIPELINES
 
@@ -79,6 +80,21 @@ def java_flag(options: str, flag: str) -> int:
 def test_a_short_jobs_jvm_keeps_a_code_cache_that_minutes_of_spark_do_not_fill():
     # C1 alone would shrink it to 48 MB, and evict and compile again once it is full.
     assert java_flag(JVM_PROFILES["short-jobs"].java_options, "ReservedCodeCacheSize") >= 240 * 2**20
+
+
+def test_a_short_jobs_spark_jvm_starts_with_the_whole_heap_spark_gives_it(monkeypatch):
+    # Grown from a small start, the serial collector runs hundreds of collections in
+    # a short job's first minute; the maximum is Spark's (-Xmx from its memory setting).
+    monkeypatch.setenv(JVM_PROFILE_VARIABLE, "short-jobs")
+    for side in ("driver", "executor"):
+        options = f"{spark_conf()[f'spark.{side}.extraJavaOptions']} -Xmx1g"
+        assert java_flag(options, "InitialHeapSize") == java_flag(options, "MaxHeapSize") == 2**30
+
+
+def test_beeline_gets_the_short_jobs_compilers_but_grows_its_heap_from_the_jdks_start():
+    # beeline has no -Xmx of Spark's: a whole-heap start would reserve a quarter of the machine.
+    assert "-XX:TieredStopAtLevel=1" in BEELINE_JAVA_OPTIONS.split()
+    assert java_flag(BEELINE_JAVA_OPTIONS, "InitialHeapSize") < java_flag(BEELINE_JAVA_OPTIONS, "MaxHeapSize")
 
 
 def test_the_short_jobs_profile_interprets_expressions_instead_of_compiling_them(monkeypatch):
