@@ -80,8 +80,9 @@ class JvmProfile:
 #   with the tiered size 210. Its heap starts at the maximum spark.driver.memory
 #   gives (HotSpot clamps InitialRAMPercentage to -Xmx): grown from a small start, the
 #   serial collector ran hundreds of young and a few full collections in a job's first
-#   minute. The 24-record replay below took 29.5 and 29.8 s without, 27.5 and 24.0 with
-#   (the bench's machine CPU 203 and 200 against 192 and 175).
+#   minute. The 24-record replay below, alternated, took 29.5, 29.8, 32.7 and 27.1 s
+#   without, 27.5, 24.0, 32.1 and 23.8 with (the tiny bench's machine CPU 203, 200, 237
+#   and 194 against 192, 175, 233 and 175).
 DEFAULT_PROFILE = "throughput"
 JVM_PROFILES = {
     DEFAULT_PROFILE: JvmProfile(),
