@@ -6,17 +6,18 @@ PY := $(VENV)/bin/python
 UV_INSTALL := $(VENV)/bin/uv pip install --quiet --python $(PY)
 JARS_STAMP := $(VENV)/share/tidemark/jars/.resolved
 KAFKA_STAMP := $(VENV)/share/tidemark/kafka/.resolved
+POSIX_FS_JAR := $(VENV)/share/tidemark/posix-fs/tidemark-posix-fs.jar
 JVM_ARCHIVE := $(VENV)/share/tidemark/jvm/spark-classes.jsa
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: setup tools browser compose test test-fast lint format clean bench demo stop sql-server
 
 # Quiet unless something fails: one line per resolved jar set and for the class archive.
-setup: $(VENV)/.installed $(JARS_STAMP) $(KAFKA_STAMP) $(JVM_ARCHIVE)
+setup: $(VENV)/.installed $(JARS_STAMP) $(KAFKA_STAMP) $(POSIX_FS_JAR) $(JVM_ARCHIVE)
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
-	@command -v java >/dev/null || { echo "need a Java 17 runtime (apt-get install openjdk-17-jre-headless)"; exit 1; }
+	@command -v javac >/dev/null || { echo "need a Java 17 JDK (apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# uv (pinned in requirements.txt) installs the pins in half pip's time (29.6 s against 54.7, empty caches).
 	@$(PY) -m pip install --quiet "$$(grep '^uv==' requirements.txt)"
@@ -34,8 +35,12 @@ $(KAFKA_STAMP): $(VENV)/.installed spark_jobs/jars.py
 	@$(PY) -m spark_jobs.jars kafka
 	@touch $@
 
+# Hadoop's local file system without its readlink and chmod processes (spark_jobs/java).
+$(POSIX_FS_JAR): $(VENV)/.installed spark_jobs/posix_fs.py $(wildcard spark_jobs/java/io/tidemark/fs/*.java)
+	@$(PY) -m spark_jobs.posix_fs
+
 # The JVM classes a job loads, archived once (class-data sharing): every job starts faster.
-$(JVM_ARCHIVE): $(JARS_STAMP) spark_jobs/jvm_archive.py spark_jobs/session.py
+$(JVM_ARCHIVE): $(JARS_STAMP) $(POSIX_FS_JAR) spark_jobs/jvm_archive.py spark_jobs/session.py
 	@$(PY) -m spark_jobs.jvm_archive
 
 lint: $(VENV)/.installed

@@ -4,7 +4,8 @@
 resolver fetch, with their dependencies:
 
 - Delta and the Kafka connector into :func:`jars_dir`; the session factory and
-  every spark-submit command point ``spark.jars`` at those files;
+  every spark-submit command point ``spark.jars`` at those files, and at the one
+  Tidemark compiles itself (:func:`posix_fs_dir`, ``spark_jobs.posix_fs``);
 - an Apache Kafka broker into :func:`kafka_jars_dir`, which tests and the demo
   run in KRaft mode on loopback (``spark_jobs.kafka_broker``).
 """
@@ -54,6 +55,11 @@ def token_provider_dir() -> Path:
     return jars_dir().with_name("token-provider")
 
 
+def posix_fs_dir() -> Path:
+    """Tidemark's own jar, compiled at setup (spark_jobs.posix_fs)."""
+    return jars_dir().with_name("posix-fs")
+
+
 def kafka_jars_dir() -> Path:
     return jars_dir().with_name("kafka")
 
@@ -73,10 +79,10 @@ def maven_packages() -> list[str]:
 
 def local_jars() -> list[str]:
     jars = []
-    for folder in (jars_dir(), token_provider_dir()):
+    for folder in (jars_dir(), token_provider_dir(), posix_fs_dir()):
         found = sorted(str(path) for path in folder.glob("*.jar"))
         if not found:
-            raise RuntimeError(f"no jars in {folder}: run `make setup` (python -m spark_jobs.jars) first")
+            raise RuntimeError(f"no jars in {folder}: run `make setup` first")
         jars += found
     return jars
 
