@@ -8,7 +8,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Row
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.jars import jars_dir, token_provider_dir
+from spark_jobs.jars import jars_dir, posix_fs_dir, token_provider_dir
 from spark_jobs.tables import (
     LAYERS,
     TableRegistry,
@@ -41,7 +41,7 @@ def test_the_session_keeps_the_code_of_more_plans_than_sparks_default_hundred(sp
 def test_session_uses_utc_and_only_local_jar_files(spark):
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     jars = spark.sparkContext.getConf().get("spark.jars").split(",")
-    folders = (str(jars_dir()), str(token_provider_dir()))
+    folders = (str(jars_dir()), str(token_provider_dir()), str(posix_fs_dir()))
     assert jars and all(jar.startswith(folders) and jar.endswith(".jar") for jar in jars)
     assert spark.conf.get("spark.jars.packages", None) is None
 
