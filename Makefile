@@ -69,8 +69,10 @@ browser compose: tools
 # waits on the network and the disk), the lint once the venv is in; then the tests.
 # Two workers, a test file each at a time (its module fixtures start once); files go
 # out in collection order (tests/conftest.py puts the longest first), not by test count.
-# Measured 35.0 min, 1,046 tests (session 61, after short-jobs' whole-heap start; 34.1 for
-# the commit before it an hour earlier: the machine's noise); 32.8 min, 1,044 tests (session 60,
+# Measured 32.3 min, 1,058 tests (session 62, after Hadoop's file: scheme stopped starting a
+# readlink or chmod process per file; tests' CPU 2,819 -> 2,565 s); 35.0 min, 1,046 tests
+# (session 61, after short-jobs' whole-heap start; 34.1 for the commit before it an hour
+# earlier: the machine's noise); 32.8 min, 1,044 tests (session 60,
 # after the session JVM's compiler and heap settings; 35.8 the day before); 37.2 and 39.9 min, 989-990 tests (session 51; vmstat: the
 # cores 93 % busy on average). Earlier: 28.8 min, 926 tests, after bronze's typed fast path (32.0 an hour earlier; 40.2 with 911
 # before it, with the tests' session JVM on the serial collector; 44.0 under G1, 45.0 in the session before; 38.5 with 888 at an earlier commit; 39.5 with 798 and the live demo's end-to-end test; 32.6 with 668 after
