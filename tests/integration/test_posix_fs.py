@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from py4j.protocol import Py4JJavaError
 
+from spark_jobs.jvm import java_class
+
 pytestmark = pytest.mark.spark
 
 
@@ -17,8 +19,7 @@ pytestmark = pytest.mark.spark
 def processes_started(spark, recording_file: Path) -> Iterator[list[str]]:
     """The command lines of the processes the session's JVM starts inside the block,
     as the JVM's flight recorder saw them (its ``jdk.ProcessStart`` events)."""
-    jfr = spark._jvm.jdk.jfr
-    recording = jfr.Recording()
+    recording = java_class(spark, "jdk.jfr.Recording")()
     recording.enable("jdk.ProcessStart")
     recording.start()
     commands: list[str] = []
@@ -26,21 +27,28 @@ def processes_started(spark, recording_file: Path) -> Iterator[list[str]]:
         yield commands
     finally:
         recording.stop()
-        recorded = spark._jvm.java.io.File(str(recording_file)).toPath()
+        recorded = java_class(spark, "java.io.File")(str(recording_file)).toPath()
         recording.dump(recorded)
         recording.close()
         commands += [
-            event.getString("command") for event in jfr.consumer.RecordingFile.readAllEvents(recorded)
+            event.getString("command")
+            for event in java_class(spark, "jdk.jfr.consumer.RecordingFile").readAllEvents(recorded)
         ]
 
 
 def file_context(spark):
-    hadoop = spark._jvm.org.apache.hadoop
-    return hadoop.fs.FileContext.getFileContext(spark._jsc.hadoopConfiguration())
+    return java_class(spark, "org.apache.hadoop.fs.FileContext").getFileContext(
+        spark._jsc.hadoopConfiguration()
+    )
 
 
 def hadoop_path(spark, path: Path):
-    return spark._jvm.org.apache.hadoop.fs.Path(path.as_uri())
+    return java_class(spark, "org.apache.hadoop.fs.Path")(path.as_uri())
+
+
+def no_options(spark, kind: str):
+    """An empty array for a Hadoop varargs parameter of ``Options$<kind>``."""
+    return spark.sparkContext._gateway.new_array(java_class(spark, f"org.apache.hadoop.fs.Options${kind}"), 0)
 
 
 def test_delta_commits_and_a_streams_checkpoint_start_no_process(spark, tmp_path):
@@ -66,28 +74,23 @@ def test_a_rename_onto_an_existing_file_is_refused_and_leaves_both_files(spark, 
     taken, attempt = tmp_path / "00001.json", tmp_path / "attempt.tmp"
     taken.write_text("theirs")
     attempt.write_text("ours")
-    no_options = spark.sparkContext._gateway.new_array(spark._jvm.org.apache.hadoop.fs.Options.Rename, 0)
     with pytest.raises(Py4JJavaError, match="FileAlreadyExistsException"):
-        file_context(spark).rename(hadoop_path(spark, attempt), hadoop_path(spark, taken), no_options)
+        file_context(spark).rename(
+            hadoop_path(spark, attempt), hadoop_path(spark, taken), no_options(spark, "Rename")
+        )
     assert (taken.read_text(), attempt.read_text()) == ("theirs", "ours")
 
 
 def test_a_rename_to_a_free_name_moves_the_file_and_its_checksum(spark, tmp_path):
     written, renamed = tmp_path / "written", tmp_path / "renamed"
-    hadoop = spark._jvm.org.apache.hadoop
-    gateway = spark.sparkContext._gateway
     context = file_context(spark)
-    created = spark._jvm.java.util.EnumSet.of(hadoop.fs.CreateFlag.CREATE)
-    stream = context.create(
-        hadoop_path(spark, written), created, gateway.new_array(hadoop.fs.Options.CreateOpts, 0)
+    created = java_class(spark, "java.util.EnumSet").of(
+        java_class(spark, "org.apache.hadoop.fs.CreateFlag").CREATE
     )
+    stream = context.create(hadoop_path(spark, written), created, no_options(spark, "CreateOpts"))
     stream.write(b"ten bytes!")
     stream.close()
-    context.rename(
-        hadoop_path(spark, written),
-        hadoop_path(spark, renamed),
-        gateway.new_array(hadoop.fs.Options.Rename, 0),
-    )
+    context.rename(hadoop_path(spark, written), hadoop_path(spark, renamed), no_options(spark, "Rename"))
     assert sorted(path.name for path in tmp_path.iterdir()) == [".renamed.crc", "renamed"]
     assert renamed.read_bytes() == b"ten bytes!"
 
@@ -96,8 +99,8 @@ def test_link_statuses_are_hadoops_own_for_a_file_a_directory_and_a_symbolic_lin
     (tmp_path / "file").write_text("four")
     (tmp_path / "directory").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "file")
-    hadoops_own = spark._jvm.org.apache.hadoop.fs.RawLocalFileSystem()
-    hadoops_own.initialize(spark._jvm.java.net.URI("file:///"), spark._jsc.hadoopConfiguration())
+    hadoops_own = java_class(spark, "org.apache.hadoop.fs.RawLocalFileSystem")()
+    hadoops_own.initialize(java_class(spark, "java.net.URI")("file:///"), spark._jsc.hadoopConfiguration())
 
     def described(status) -> tuple:
         return (
@@ -124,7 +127,7 @@ def test_permissions_are_set_exactly_sticky_bit_included(spark, tmp_path, mode, 
     path = tmp_path / "entry"
     path.mkdir() if directory else path.write_text("x")
     path.chmod(0o600)
-    hadoop = spark._jvm.org.apache.hadoop
+    permission = java_class(spark, "org.apache.hadoop.fs.permission.FsPermission")(f"{mode:o}")
     file_system = hadoop_path(spark, path).getFileSystem(spark._jsc.hadoopConfiguration())
-    file_system.setPermission(hadoop_path(spark, path), hadoop.fs.permission.FsPermission(f"{mode:o}"))
+    file_system.setPermission(hadoop_path(spark, path), permission)
     assert stat.S_IMODE(os.stat(path).st_mode) == mode
