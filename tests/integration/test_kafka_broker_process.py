@@ -109,3 +109,11 @@ def test_sigterm_stops_the_broker_jvm_and_exits_0(tmp_path):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(left, signal.SIGKILL)  # the JVM leads its own session and group
         reader.join(timeout=10)
+
+
+def test_the_broker_jvm_compiles_with_c1_alone_and_collects_serially(kafka_broker):
+    flags = subprocess.run(
+        ["jcmd", str(kafka_broker.process.pid), "VM.flags"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "-XX:TieredStopAtLevel=1" in flags
+    assert "-XX:+UseSerialGC" in flags
