@@ -69,7 +69,8 @@ browser compose: tools
 # waits on the network and the disk), the lint once the venv is in; then the tests.
 # Two workers, a test file each at a time (its module fixtures start once); files go
 # out in collection order (tests/conftest.py puts the longest first), not by test count.
-# Measured 32.3 and 33.5 min, 1,058 tests (session 62, after Hadoop's file: scheme stopped
+# Measured 32.7 and 34.3 min, 1,058-1,059 tests (session 63, before and after the Kafka
+# broker's short-jobs flags: the machine's noise); 32.3 and 33.5 min, 1,058 tests (session 62, after Hadoop's file: scheme stopped
 # starting a readlink or chmod process per file; tests' CPU 2,819 -> 2,565 and 2,636 s); 35.0 min, 1,046 tests
 # (session 61, after short-jobs' whole-heap start; 34.1 for the commit before it an hour
 # earlier: the machine's noise); 32.8 min, 1,044 tests (session 60,
@@ -80,7 +81,9 @@ browser compose: tools
 # before silver's windows became one overwrite; the machine's speed varies up to 2x within
 # an hour: the same crash-point test took 300 and 589 s), against about 65 serial: most of
 # the suite is CPU-bound Spark. A third worker does not help: with 983 tests, 28.4 min under
-# -n 2, then 32.2 under -n 3 (beside a 7-minute benchmark), the cores 99.9 % busy throughout.
+# -n 2, then 32.2 under -n 3 (beside a 7-minute benchmark), the cores 99.9 % busy throughout;
+# again in session 63 alone, 1,058 tests: 24 min into the tests, -n 3 had finished 172 of
+# them and -n 2 174 (the cores 99 % busy against 85 %).
 test:
 	@$(MAKE) --no-print-directory -j3 setup tools lint
 	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
