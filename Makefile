@@ -70,8 +70,9 @@ browser compose: tools
 # Two workers, a test file each at a time (its module fixtures start once); files go
 # out in collection order (tests/conftest.py puts the longest first), not by test count.
 # Measured 32.7 and 34.3 min, 1,058-1,059 tests (session 63, before and after the Kafka
-# broker's short-jobs flags: the machine's noise); 32.3 and 33.5 min, 1,058 tests (session 62, after Hadoop's file: scheme stopped
-# starting a readlink or chmod process per file; tests' CPU 2,819 -> 2,565 and 2,636 s); 35.0 min, 1,046 tests
+# broker's short-jobs flags: the machine's noise); 32.3 and 33.5 min, 1,058 tests (session
+# 62, after Hadoop's file: scheme stopped starting a readlink or chmod process per file;
+# tests' CPU 2,819 -> 2,565 and 2,636 s); 35.0 min, 1,046 tests
 # (session 61, after short-jobs' whole-heap start; 34.1 for the commit before it an hour
 # earlier: the machine's noise); 32.8 min, 1,044 tests (session 60,
 # after the session JVM's compiler and heap settings; 35.8 the day before); 37.2 and 39.9 min, 989-990 tests (session 51; vmstat: the
