@@ -83,8 +83,9 @@ browser compose: tools
 # an hour: the same crash-point test took 300 and 589 s), against about 65 serial: most of
 # the suite is CPU-bound Spark. A third worker does not help: with 983 tests, 28.4 min under
 # -n 2, then 32.2 under -n 3 (beside a 7-minute benchmark), the cores 99.9 % busy throughout;
-# again in session 63 alone, 1,058 tests: 24 min into the tests, -n 3 had finished 172 of
-# them and -n 2 174 (the cores 99 % busy against 85 %).
+# session 64, both to the end on a quiet machine, same commit, 1,059 tests: -n 3 33.4 min
+# (pytest 31:03) and 3,701 machine CPU-s, -n 2 34.0 (31:47) and 3,687 an hour later; each test
+# took ~45 % longer beside two others, so the third worker only shares the same CPU out.
 test:
 	@$(MAKE) --no-print-directory -j3 setup tools lint
 	$(VENV)/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder
