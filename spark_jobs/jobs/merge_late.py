@@ -51,7 +51,7 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.session import build_session
 from spark_jobs.sql import column_of, null_safe_match
-from spark_jobs.tables import TableRegistry, join
+from spark_jobs.tables import TableRegistry, commits, join, table_version
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures, partial_aggregates
 from spark_jobs.transforms.windows import CLOSED
 
@@ -158,10 +158,12 @@ def claim_version(
     spark: SparkSession, registry: TableRegistry, run_id: str, latest: int | None = None
 ) -> int | None:
     """The quarantine version whose commit carries ``run_id``: among the ``latest``
-    commits, or (None) the table's whole history."""
-    table = DeltaTable.forPath(spark, registry.quarantine.path)
-    history = table.history() if latest is None else table.history(latest)
-    return history.where(F.col("userMetadata") == run_id).agg(F.min("version")).first()[0]
+    commits, or (None) the table's whole history. Read from the log on the driver:
+    the table's history is a Spark job."""
+    path = registry.quarantine.path
+    newest = table_version(spark, path)
+    oldest = 0 if latest is None else newest - latest + 1
+    return next((c.version for c in commits(spark, path, oldest, newest) if c.user_metadata == run_id), None)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.engine import detector
@@ -229,6 +230,32 @@ def test_a_merge_landing_inside_a_detector_batch_leaves_the_status_events_of_a_b
     assert detector_watermark(spark, registry) == MAX_WATERMARK
     assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
     assert_reconciles(spark, registry)
+
+
+def test_a_claim_is_found_by_its_run_id_among_the_newest_commits_or_in_the_whole_history(
+    spark, unflushed_fleet, tmp_path
+):
+    _, registry = copy_of(unflushed_fleet, tmp_path)
+    path = registry.quarantine.path
+    version = merge_late.claim(spark, registry, "run-a", merge_late.TimeRange())
+    # Delta's own history is the oracle: the claim's commit carries the run id.
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
+    assert version == history.where("userMetadata = 'run-a'").first().version
+    # Three commits after the claim (as silver's appends land) push it out of the newest three.
+    merged_row = (
+        spark.read.format("delta")
+        .load(path)
+        .limit(1)
+        .withColumn("status", F.lit("merged"))
+        .withColumn("merge_run_id", F.lit(None).cast("string"))
+    )
+    for _ in range(3):
+        merged_row.write.format("delta").mode("append").save(path)
+    assert table_version(spark, path) == version + 3
+    assert merge_late.claim_version(spark, registry, "run-a", latest=3) is None
+    assert merge_late.claim_version(spark, registry, "run-a", latest=4) == version
+    assert merge_late.claim_version(spark, registry, "run-a") == version
+    assert merge_late.claim_version(spark, registry, "run-b") is None
 
 
 def telemetry_line(device: str, minute: int) -> str:
