@@ -50,6 +50,10 @@ class Standalone:
     # workers rename themselves (setproctitle overwrites /proc/<pid>/environ), so
     # AIRFLOW_HOME cannot find the ones a killed scheduler orphaned.
     scheduler_sessions: set[int] = field(default_factory=set)
+    # (pid, start time) of the LocalExecutor workers a killed scheduler left behind:
+    # idle in standalone's group, they ignore its SIGTERM, so its stop would wait
+    # its whole grace for them.
+    orphaned_workers: set[tuple[int, int | None]] = field(default_factory=set)
 
     def token(self) -> str:
         """A JWT from ``POST /auth/token`` for the admin user."""
@@ -72,6 +76,10 @@ def airflow_standalone(
     try:
         yield standalone
     finally:
+        for pid, started in standalone.orphaned_workers:
+            if stat_field(pid, STARTTIME) == started:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         stop(home)
         for pid in members_of(standalone.scheduler_sessions):
             with suppress(ProcessLookupError):
@@ -92,9 +100,12 @@ def command_line(pid: int) -> list[str]:
         return []
 
 
+STARTTIME = 19
+
+
 def stat_field(pid: int, index: int) -> int | None:
     """A numeric field of /proc/<pid>/stat, counted after the command name (which
-    may hold spaces): 1 is the parent, 3 the session."""
+    may hold spaces): 1 is the parent, 3 the session, ``STARTTIME`` the start time."""
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[index])
     except (OSError, IndexError, ValueError):
@@ -103,6 +114,16 @@ def stat_field(pid: int, index: int) -> int | None:
 
 def parent_of(pid: int) -> int | None:
     return stat_field(pid, 1)
+
+
+def children_of(parent: int) -> list[int]:
+    """Live processes whose parent is ``parent`` (found by /proc, not by AIRFLOW_HOME,
+    which a renamed worker's environment no longer shows)."""
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and parent_of(int(entry.name)) == parent
+    ]
 
 
 def members_of(sessions: set[int]) -> list[int]:
@@ -133,6 +154,7 @@ def kill_scheduler(standalone: Standalone) -> dict[str, str]:
     variables = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     environment = dict(item.decode().split("=", 1) for item in variables if b"=" in item)
     standalone.scheduler_sessions.add(stat_field(pid, 3))
+    standalone.orphaned_workers |= {(child, stat_field(child, STARTTIME)) for child in children_of(pid)}
     os.kill(pid, signal.SIGKILL)
     return environment
 
