@@ -34,6 +34,9 @@ from tidemark_airflow.standalone import (
 )
 
 TESTS_RETRY_DELAY_S = 2
+# A test's assertions are done by its teardown, and under load Airflow's components take
+# up to the stop's whole 20 s grace to shut down (the e2e module's 13 s): a short one will do.
+TEARDOWN_GRACE_S = 5
 
 
 @dataclass
@@ -80,7 +83,7 @@ def airflow_standalone(
             if stat_field(pid, STARTTIME) == started:
                 with suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        stop(home)
+        stop(home, grace=TEARDOWN_GRACE_S)
         for pid in members_of(standalone.scheduler_sessions):
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
