@@ -69,7 +69,8 @@ browser compose: tools
 # waits on the network and the disk), the lint once the venv is in; then the tests.
 # Two workers, a test file each at a time (its module fixtures start once); files go
 # out in collection order (tests/conftest.py puts the longest first), not by test count.
-# Measured 32.7 and 34.3 min, 1,058-1,059 tests (session 63, before and after the Kafka
+# Session 66, 1,060 tests: 24.6 min (pytest 23:07; the workers' test wall 1,375 and 1,374 s)
+# against 26.5 (24:58; 1,488 and 1,418) for stop 63 half an hour later. Measured 32.7 and 34.3 min, 1,058-1,059 tests (session 63, before and after the Kafka
 # broker's short-jobs flags: the machine's noise); 32.3 and 33.5 min, 1,058 tests (session
 # 62, after Hadoop's file: scheme stopped starting a readlink or chmod process per file;
 # tests' CPU 2,819 -> 2,565 and 2,636 s); 35.0 min, 1,046 tests
