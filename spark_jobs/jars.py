@@ -1,23 +1,28 @@
 """Maven jars resolved once at setup into local folders, so nothing fetches at run time.
 
-``python -m spark_jobs.jars`` (run by ``make setup``) lets Spark's own Ivy
-resolver fetch, with their dependencies:
+``python -m spark_jobs.jars`` (run by ``make setup``) fetches:
 
-- Delta and the Kafka connector into :func:`jars_dir`; the session factory and
-  every spark-submit command point ``spark.jars`` at those files, and at the one
-  Tidemark compiles itself (:func:`posix_fs_dir`, ``spark_jobs.posix_fs``);
-- an Apache Kafka broker into :func:`kafka_jars_dir`, which tests and the demo
-  run in KRaft mode on loopback (``spark_jobs.kafka_broker``).
+- Delta and the Kafka connector into :func:`jars_dir`, pinned jar by jar with their
+  SHA-256 (:data:`SPARK_JARS`); the session factory and every spark-submit command
+  point ``spark.jars`` at those files, and at the one Tidemark compiles itself
+  (:func:`posix_fs_dir`, ``spark_jobs.posix_fs``);
+- an Apache Kafka broker into :func:`kafka_jars_dir`, with its dependencies through
+  Spark's own Ivy resolver, which tests and the demo run in KRaft mode on loopback
+  (``spark_jobs.kafka_broker``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 SCALA_VERSION = "2.13"
@@ -25,23 +30,64 @@ KAFKA_CONNECTOR = "org.apache.spark:spark-sql-kafka-0-10_{scala}:{spark}"
 # The broker matches the kafka-clients version the Spark connector ships with.
 KAFKA_BROKER = "org.apache.kafka:kafka_{scala}:3.9.2"
 
-# Delta 4.4's pom also pulls Delta Kernel and the Unity Catalog client, with an
-# old Hadoop/Jackson/log4j tree that clashes with pyspark's own jars. Path-based
-# Delta tables through delta-spark need none of it.
-EXCLUDED_PACKAGES = (
-    "io.delta:delta-kernel-api",
-    "io.delta:delta-kernel-defaults",
-    "io.delta:delta-kernel-unitycatalog",
-    "io.unitycatalog:unitycatalog-client",
-    "io.unitycatalog:unitycatalog-hadoop",
-    "org.apache.spark:spark-token-provider-kafka-0-10_{scala}",
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+
+
+@dataclass(frozen=True)
+class PinnedJar:
+    """One Maven Central jar, ``group:artifact:version``, and the SHA-256 it must have."""
+
+    coordinates: str
+    sha256: str
+
+    def url(self) -> str:
+        group, artifact, version = self.coordinates.split(":")
+        return f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.jar"
+
+    def file_name(self) -> str:
+        """Ivy's name for it, ``group_artifact-version.jar``."""
+        group, artifact, version = self.coordinates.split(":")
+        return f"{group}_{artifact}-{version}.jar"
+
+
+# Delta for pyspark's Spark and the Kafka connector of the same Spark (maven_packages),
+# with the dependencies pyspark does not ship, as Spark's Ivy resolver found them. Two
+# of their poms' dependencies are left out. Delta 4.4's pom also pulls Delta Kernel
+# and the Unity Catalog client, with an old Hadoop/Jackson/log4j tree that clashes
+# with pyspark's own jars; path-based Delta tables through delta-spark need none of
+# it. The connector 4.2.0 needs spark-token-provider-kafka-0-10 4.2.0, which Maven
+# Central does not publish (nothing after 4.0.0): the 4.0.0 jar provides the same
+# classes (KafkaConfigUpdater, KafkaTokenUtil), in a folder of its own. Fetched one
+# by one instead of through Ivy, whose JVM start made 13 of a fresh setup's seconds
+# wait before the class archive could start.
+SPARK_JARS = (
+    PinnedJar(
+        "io.delta:delta-spark_4.2_2.13:4.4.0",
+        "27d4fd8b1f879535c573ed1c718177d6a27f24d3e626ba02e216369725721ead",
+    ),
+    PinnedJar(
+        "io.delta:delta-storage:4.4.0",
+        "c46735481fa8e326b0957be02b4420cbcab4b325bb08009b7f2045a95133f1cc",
+    ),
+    PinnedJar(
+        "org.apache.commons:commons-pool2:2.13.1",
+        "f77a5060d6936a9144023584232f9de3f2248f1abfe156e9d31795f18770674f",
+    ),
+    PinnedJar(
+        "org.apache.kafka:kafka-clients:3.9.2",
+        "014b4ef36884478a932641818b080c36a8f8e2e92dc771e800c9d2694f4f83d8",
+    ),
+    PinnedJar(
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",
+        "64539c45e5d39f7ddb747312c239f38f5208d08c1a0ddf7d70beb2fbd9373705",
+    ),
 )
-# The Kafka connector 4.2.0 needs spark-token-provider-kafka-0-10 4.2.0, which
-# Maven Central does not publish (nothing after 4.0.0). The 4.0.0 jar provides the
-# same classes (KafkaConfigUpdater, KafkaTokenUtil) and is resolved on its own,
-# without its dependencies (pyspark and the connector already bring them).
-TOKEN_PROVIDER = "org.apache.spark:spark-token-provider-kafka-0-10_{scala}:4.0.0"
-TOKEN_PROVIDER_EXCLUDES = ("org.apache.kafka:kafka-clients", "org.apache.hadoop:hadoop-client-runtime")
+TOKEN_PROVIDER_JARS = (
+    PinnedJar(
+        "org.apache.spark:spark-token-provider-kafka-0-10_2.13:4.0.0",
+        "f2be3b76f9e6cbe63379d4e4e0dc14f59dbf056ae2ad16ff15ac108004c86767",
+    ),
+)
 
 
 def jars_dir() -> Path:
@@ -66,7 +112,8 @@ def kafka_jars_dir() -> Path:
 
 def maven_packages() -> list[str]:
     """Delta's coordinates as delta.pip_utils.configure_spark_with_delta_pip
-    derives them, plus the Kafka connector of the same Spark version."""
+    derives them from the installed pyspark and delta-spark, plus the Kafka connector
+    of the same Spark version: what :data:`SPARK_JARS` must pin."""
     from importlib.metadata import version
 
     import pyspark
@@ -87,13 +134,42 @@ def local_jars() -> list[str]:
     return jars
 
 
-def resolve(
-    packages: list[str], target: Path, excludes: tuple[str, ...] = (), beside_pyspark: bool = True
-) -> list[Path]:
-    """Fetch ``packages`` with Spark's Ivy resolver and copy their jars to ``target``.
+def filled_folder(target: Path, fill: Callable[[Path], None]) -> list[Path]:
+    """Replace ``target`` with a folder ``fill`` writes in full; a failed fill leaves
+    ``target`` as it was."""
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    fill(staging)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return sorted(target.glob("*.jar"))
 
-    ``beside_pyspark`` drops jars pyspark already ships (they share a classpath).
-    """
+
+def fetch(pins: tuple[PinnedJar, ...], target: Path) -> list[Path]:
+    """Download ``pins`` from Maven Central side by side into ``target``, each checked
+    against its SHA-256."""
+
+    def download(pin: PinnedJar, folder: Path) -> None:
+        with urllib.request.urlopen(pin.url(), timeout=300) as response:
+            content = response.read()
+        digest = hashlib.sha256(content).hexdigest()
+        if digest != pin.sha256:
+            raise RuntimeError(
+                f"{pin.url()} has SHA-256 {digest}; {pin.coordinates} is pinned at {pin.sha256}"
+            )
+        (folder / pin.file_name()).write_bytes(content)
+
+    def fill(folder: Path) -> None:
+        with ThreadPoolExecutor(max_workers=len(pins)) as pool:
+            for done in [pool.submit(download, pin, folder) for pin in pins]:
+                done.result()
+
+    return filled_folder(target, fill)
+
+
+def resolve(packages: list[str], target: Path) -> list[Path]:
+    """Fetch ``packages`` with their dependencies through Spark's Ivy resolver into ``target``."""
     from pyspark.sql import SparkSession
 
     with tempfile.TemporaryDirectory(prefix="tidemark-ivy-") as ivy:
@@ -102,7 +178,6 @@ def resolve(
             .appName("tidemark-resolve-jars")
             .config("spark.jars.packages", ",".join(packages))
             .config("spark.jars.ivy", ivy)
-            .config("spark.jars.excludes", ",".join(excludes))
             .config("spark.ui.enabled", "false")
             .getOrCreate()
         )
@@ -110,17 +185,12 @@ def resolve(
         resolved = sorted(Path(ivy, "jars").glob("*.jar"))
         if not resolved:
             raise RuntimeError("Ivy resolved no jars; is Maven Central reachable?")
-        staging = target.with_name(target.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        bundled = {_artifact(jar.name) for jar in _pyspark_jars()} if beside_pyspark else set()
-        for jar in resolved:
-            # Ivy names jars group_artifact-version.jar; pyspark's own are artifact-version.jar.
-            if _artifact(jar.name.split("_", 1)[1]) not in bundled:
-                shutil.copy2(jar, staging / jar.name)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    return sorted(target.glob("*.jar"))
+
+        def fill(folder: Path) -> None:
+            for jar in resolved:
+                shutil.copy2(jar, folder / jar.name)
+
+        return filled_folder(target, fill)
 
 
 TARGETS = ("spark", "token-provider", "kafka")
@@ -130,13 +200,10 @@ IN_PROCESS = "--in-process"
 
 def resolve_one(which: str) -> list[Path]:
     if which == "spark":
-        excludes = tuple(e.format(scala=SCALA_VERSION) for e in EXCLUDED_PACKAGES)
-        return resolve(maven_packages(), jars_dir(), excludes)
+        return fetch(SPARK_JARS, jars_dir())
     if which == "token-provider":
-        return resolve(
-            [TOKEN_PROVIDER.format(scala=SCALA_VERSION)], token_provider_dir(), TOKEN_PROVIDER_EXCLUDES
-        )
-    return resolve([KAFKA_BROKER.format(scala=SCALA_VERSION)], kafka_jars_dir(), beside_pyspark=False)
+        return fetch(TOKEN_PROVIDER_JARS, token_provider_dir())
+    return resolve([KAFKA_BROKER.format(scala=SCALA_VERSION)], kafka_jars_dir())
 
 
 def _pyspark_jars() -> list[Path]:
@@ -145,17 +212,11 @@ def _pyspark_jars() -> list[Path]:
     return sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar"))
 
 
-def _artifact(file_name: str) -> str:
-    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients``."""
-    return re.sub(r"-\d[^-]*(-[A-Za-z0-9.]+)?\.jar$", "", file_name)
-
-
 def main(argv: list[str]) -> None:
-    """Resolve the named targets (``spark``, ``token-provider``, ``kafka``; none: all),
+    """Fetch the named targets (``spark``, ``token-provider``, ``kafka``; none: all),
     each in a process of its own (Ivy runs when a JVM starts, and a Python process keeps
-    its first JVM), side by side: each mostly waits on Maven Central (all three: 35.7 s
-    one after another, 24.9 side by side). One line per target; Ivy's and Spark's output
-    only when a resolution fails."""
+    its first JVM), side by side. One line per target; the output of Ivy and Spark only
+    when a target fails."""
     if argv[:1] == [IN_PROCESS]:
         jars = list(resolve_one(argv[1]))
         print(f"tidemark: {len(jars)} {argv[1]} jars in {jars[0].parent if jars else '-'}")
