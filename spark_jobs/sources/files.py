@@ -12,7 +12,9 @@ Landing files should stay well below the memory of one task (tens of MB).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -37,6 +39,56 @@ def ensure_folder(spark: SparkSession, path: str) -> None:
     filesystem.mkdirs(hadoop_path)
 
 
+@dataclass(frozen=True)
+class LineSplit:
+    """The columns that turn a landed file into one row per line, each selected in
+    turn (:func:`split_lines`): built once per shape, not on every stream's start
+    (each column costs JVM calls, a few hundred in all)."""
+
+    lines: Column
+    arrays: list[Column]
+    per_file: dict[str, Column]
+    exploded: list[Column]
+    pair_fields: list[Column]
+    kept: Column
+    records: list[Column]
+
+    @classmethod
+    @functools.cache
+    def of(cls, has_header: bool, typed: bool) -> LineSplit:
+        """``typed``: the files carry their ``file_read``, which each line takes its element of."""
+        columns = {"line": F.col("lines")}
+        if typed:
+            whole = F.size(FILE_READ) == F.col("line_count")
+            columns["typed"] = F.when(whole, F.col(FILE_READ)).otherwise(F.array())
+        # Paired before the explode (the shorter padded with nulls): a line's row carries
+        # its own element, not the file's array.
+        pairs = F.arrays_zip(*(column.alias(name) for name, column in columns.items()))
+        trailing = (F.col("pos") == F.col("line_count") - 1) & (F.col("line") == "")
+        header = without_carriage_return(F.col("header")) if has_header else F.lit(None).cast("string")
+        per_line = ("source_file", "ingest_time")
+        return cls(
+            lines=F.split(F.col("value"), "\n", -1),
+            arrays=[F.col(name) for name in ("lines", *([FILE_READ] if typed else []), *per_line)],
+            per_file={"line_count": F.size("lines"), "header": F.col("lines").getItem(0)},
+            exploded=[
+                F.posexplode(pairs).alias("pos", "pair"),
+                *map(F.col, ("line_count", "header", *per_line)),
+            ],
+            pair_fields=[F.col("*"), *(F.col("pair").getField(name).alias(name) for name in columns)],
+            kept=~trailing & (F.col("pos") > 0 if has_header else F.lit(True)),
+            records=[
+                without_carriage_return(F.col("line")).alias("raw"),
+                F.lit(None).cast("string").alias("source_partition"),
+                F.col("source_file"),
+                (F.col("pos") + 1).cast("long").alias("source_offset"),
+                F.col("ingest_time"),
+                header.alias("header"),
+                *(F.col(name) for name in columns if name != "line"),
+            ],
+        )
+
+
 def split_lines(
     files: DataFrame, has_header: bool, read_file: Callable[[DataFrame], DataFrame] | None = None
 ) -> DataFrame:
@@ -48,41 +100,15 @@ def split_lines(
 
     A trailing newline does not make an extra (empty) record; other blank lines
     do, and are rejected as empty records downstream."""
+    split = LineSplit.of(has_header, read_file is not None)
     # Split once per file and keep only small columns beside the exploded lines:
     # anything that refers to the whole file after the explode is paid per line.
-    split = files.withColumn("lines", F.split(F.col("value"), "\n", -1))
+    files = files.withColumn("lines", split.lines)
     arrays = (
-        (split if read_file is None else read_file(split))
-        .select(
-            "lines",
-            *([FILE_READ] if read_file else []),
-            "source_file",
-            "ingest_time",
-        )
-        .withColumns({"line_count": F.size("lines"), "header": F.col("lines").getItem(0)})
+        (files if read_file is None else read_file(files)).select(*split.arrays).withColumns(split.per_file)
     )
-    columns = {"line": F.col("lines")}
-    if read_file is not None:
-        whole = F.size(FILE_READ) == F.col("line_count")
-        columns["typed"] = F.when(whole, F.col(FILE_READ)).otherwise(F.array())
-    # Paired before the explode (the shorter padded with nulls): a line's row carries
-    # its own element, not the file's array.
-    pairs = F.arrays_zip(*(column.alias(name) for name, column in columns.items()))
-    exploded = arrays.select(
-        F.posexplode(pairs).alias("pos", "pair"), "line_count", "header", "source_file", "ingest_time"
-    ).select("*", *(F.col("pair").getField(name).alias(name) for name in columns))
-    trailing = (F.col("pos") == F.col("line_count") - 1) & (F.col("line") == "")
-    kept = exploded.where(~trailing & (F.col("pos") > 0 if has_header else F.lit(True)))
-    header = without_carriage_return(F.col("header")) if has_header else F.lit(None).cast("string")
-    return kept.select(
-        without_carriage_return(F.col("line")).alias("raw"),
-        F.lit(None).cast("string").alias("source_partition"),
-        "source_file",
-        (F.col("pos") + 1).cast("long").alias("source_offset"),
-        "ingest_time",
-        header.alias("header"),
-        *(name for name in columns if name != "line"),
-    )
+    exploded = arrays.select(*split.exploded).select(*split.pair_fields)
+    return exploded.where(split.kept).select(*split.records)
 
 
 def without_carriage_return(line: Column) -> Column:

@@ -114,9 +114,20 @@ def with_json_file_read(files: DataFrame, config: PipelineConfig) -> DataFrame:
     alone (:data:`~spark_jobs.session.PARTIAL_JSON_RESULTS` off): with partial results
     Spark skips it, keeping a duplicate key's earlier value. In a session that has them
     on, ``file_read`` is null and each line is read alone."""
+    partial_results = files.sparkSession.conf.get(PARTIAL_JSON_RESULTS, "true") != "false"
+    pieces, file_read = _file_read_columns(config, partial_results)
+    if pieces is None:
+        return files.withColumn(FILE_READ, file_read)
+    return files.withColumn("json_pieces", pieces).withColumn(FILE_READ, file_read).drop("json_pieces")
+
+
+@once_per_pipeline
+def _file_read_columns(config: PipelineConfig, partial_results: bool) -> tuple[Column | None, Column]:
+    """The columns of :func:`with_json_file_read`: the file's pieces between its ``}``
+    (None when the session has partial results, and no file is read whole), and its read."""
     element = f"STRUCT<{_fast_schema(config)}>"
-    if files.sparkSession.conf.get(PARTIAL_JSON_RESULTS, "true") != "false":
-        return files.withColumn(FILE_READ, F.lit(None).cast(f"ARRAY<{element}>"))
+    if partial_results:
+        return None, F.lit(None).cast(f"ARRAY<{element}>")
     text, lines, pieces = F.col("value"), F.col("lines"), F.col("json_pieces")
     ends_in_newline = text.endswith("\n")
     closing = F.size(pieces) - 1  # the } in the file
@@ -132,11 +143,7 @@ def with_json_file_read(files: DataFrame, config: PipelineConfig) -> DataFrame:
         F.lit("["), F.array_join(lines, ","), F.when(ends_in_newline, F.lit("null]")).otherwise(F.lit("]"))
     )
     parsed = F.from_json(as_array, f"ARRAY<{element}>", PERMISSIVE)
-    return (
-        files.withColumn("json_pieces", F.split(text, "}", -1))
-        .withColumn(FILE_READ, F.when(one_object_a_line, parsed))
-        .drop("json_pieces")
-    )
+    return F.split(text, "}", -1), F.when(one_object_a_line, parsed)
 
 
 def _one_value(line: Column, values_in_brackets: Column) -> Column:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,6 +78,21 @@ def test_json_landing_zone_reconciles_exactly_through_spark_submit(spark, tmp_pa
     assert [(r.job, r.rows_in, r.rows_out, r.rejected) for r in runs] == [
         ("bronze", manifest.records, manifest.valid, manifest.records - manifest.valid)
     ]
+    # File statistics on the times alone: the key's and the partition's bounds in a
+    # file of one micro-batch span them all, and would cost a string copy a row.
+    assert bronze_statistics(registry.bronze.path) == {("event_time", "ingest_time")}
+
+
+def bronze_statistics(table_path: str) -> set[tuple[str, ...]]:
+    """The columns each data file of the table has bounds for, as its Delta log says."""
+    added = [
+        json.loads(line)["add"]
+        for commit in sorted((Path(table_path) / "_delta_log").glob("*.json"))
+        for line in commit.read_text().splitlines()
+        if '"add"' in line
+    ]
+    assert added
+    return {tuple(sorted(json.loads(add["stats"])["minValues"])) for add in added}
 
 
 def test_csv_landing_zone_reconciles_exactly_through_the_cli(spark, tmp_path):
