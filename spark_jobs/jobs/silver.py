@@ -51,6 +51,7 @@ from spark_jobs.engine.clocks import (
     write_partition_clocks,
 )
 from spark_jobs.engine.judging import (
+    judged_columns,
     late_pairs_possible,
     quarantine_rows,
     read_bronze_changes,
@@ -130,7 +131,8 @@ class SilverBatchWriter(BatchWriter):
         registry = self.context.registry
         config = registry.config
         now = datetime.now(UTC)
-        records = timed_records(batch, registry).persist()
+        timed = timed_records(batch, registry)
+        records = judged_columns(timed).persist()
         try:
             summary = version_summary(records, config.watermark.needs_disorder, config.window)
             if not summary:
@@ -156,13 +158,17 @@ class SilverBatchWriter(BatchWriter):
                 # grown since, must plan exactly as the first run did.
                 source_reports(spark, registry, summary[0].version, last_version),
             )
-            data = records.where(~F.col("is_marker"))
             watermarks_before = {clock.version: clock.watermark_before for clock in plan}
+
+            def pairs_of(records: DataFrame) -> DataFrame:
+                data = records.where(~F.col("is_marker"))
+                return judge_pairs(
+                    assign_windows(data, config.window), watermarks_before, config.allowed_lateness_ms
+                )
+
             # Not cached: each use re-derives the pairs from the cached records, which
-            # costs less than caching every bronze column once more per pair.
-            pairs = judge_pairs(
-                assign_windows(data, config.window), watermarks_before, config.allowed_lateness_ms
-            )
+            # costs less than caching the records once more per pair.
+            pairs = pairs_of(records)
             if late_pairs_possible(summary, watermarks_before, config.window, config.allowed_lateness_ms):
                 counts = {
                     (row.version, row.is_late): row["count"]
@@ -184,9 +190,9 @@ class SilverBatchWriter(BatchWriter):
                 # otherwise create, closed, a window whose on-time pairs this batch
                 # has yet to write, and the replay (which reads the windows in play only) would
                 # insert it a second time.
-                self.append_once(
-                    quarantine_rows(pairs.where("is_late"), registry, now), registry.quarantine, batch_id
-                )
+                # Judged again from the whole batch, which carries the records' coordinates.
+                late = pairs_of(timed).where("is_late")
+                self.append_once(quarantine_rows(late, registry, now), registry.quarantine, batch_id)
                 crash_point("silver:quarantine")
             per_version = {
                 clock.version: (counts.get((clock.version, False), 0), counts.get((clock.version, True), 0))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
+from spark_jobs.engine.judging import judged_columns
 from spark_jobs.eventtime import windows as model
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
 from spark_jobs.transforms.windows import (
@@ -160,3 +161,24 @@ def test_judging_a_batch_with_new_clocks_runs_the_code_of_the_one_before(spark):
 
         assert again == [(1, END_MS, 30, False), (2, END_MS, END_MS - 1 + LATENESS_MS, True)]
         assert classes_compiled(spark) == compiled
+
+
+def test_a_batch_kept_in_memory_for_judging_holds_no_coordinates_of_its_records(spark):
+    """What silver caches of a micro-batch: every column judging, windows and
+    watermarks read, none of the ids and paths only a quarantine row carries."""
+    timed = spark.createDataFrame(
+        [],
+        "device_id string, battery double, event_id string, source_partition string, source_file string, "
+        "source_offset long, event_time timestamp, ingest_time timestamp, processing_time timestamp, "
+        "version long, ts_ms long, is_marker boolean",
+    )
+    assert judged_columns(timed).columns == [
+        "device_id",
+        "battery",
+        "source_partition",
+        "event_time",
+        "processing_time",
+        "version",
+        "ts_ms",
+        "is_marker",
+    ]
