@@ -226,12 +226,15 @@ def _parsed_field_steps(config: PipelineConfig, file_read: bool, horizon: Column
     bracketed = F.concat(F.lit("["), line, F.lit("]"))
     elements = F.from_json(bracketed, f"ARRAY<STRUCT<{_text_schema(config)}>>", PERMISSIVE)
     # Each its own column, so a parse runs once however often it is referred to, and
-    # the text parse only for the records the fast path did not take.
+    # the text parse only for the records the fast path did not take. A fast record
+    # has no elements, but a null size does not stop the AND of _one_value: without
+    # the guard every line would still be scanned for a `]` (2-3 % of bronze's time).
+    slow = ~F.col("fast")
     return [
         *steps,
         ("fast", fast),
-        ("elements", F.when(~F.col("fast"), elements)),
-        ("text", F.when(_one_value(line, F.size("elements")), F.col("elements")[0])),
+        ("elements", F.when(slow, elements)),
+        ("text", F.when(slow & _one_value(line, F.size("elements")), F.col("elements")[0])),
     ]
 
 

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -527,6 +528,24 @@ def test_a_later_stream_start_builds_no_column_of_the_file_source_again(spark, m
     )
     landing_records(files, cfg)
     assert 0 < len(calls) < 100
+
+
+def test_the_text_path_scans_no_line_the_fast_path_took(spark):
+    """Guards bronze's hot path: the text path's test that a line is one value (a
+    scan for a `]`, then a read as an object's member) sits behind the slow path's
+    guard. A fast record has no elements, and the null their size gives does not stop
+    an AND: unguarded, every line of every file was scanned (2-3 % of bronze's time)."""
+    cfg = config()
+    files = spark.createDataFrame(
+        [(record() + "\n", "/landing/f.json", NOW)], "value string, source_file string, ingest_time timestamp"
+    )
+    raw = split_lines(files, has_header=False, read_file=lambda files: with_json_file_read(files, cfg))
+    plan = parse_records(raw, cfg, NOW)._jdf.queryExecution().optimizedPlan().toString()
+    scans = re.findall(r"Contains\(raw#\d+, \]\)", plan)
+    guarded = re.findall(
+        r"CASE WHEN \(NOT fast#\d+ AND \(\(size\(elements#\d+, false\) = 1\) AND \(NOT Contains\(raw#", plan
+    )
+    assert len(scans) == len(guarded) == 1
 
 
 def test_where_a_failed_value_would_be_skipped_each_line_is_read_alone(spark, tmp_path):
