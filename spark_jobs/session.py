@@ -72,13 +72,6 @@ class JvmProfile:
 # - throughput: the JDK's defaults (C1 then C2, G1) and Spark's expression code
 #   generation. The C2 compiler threads and G1's concurrent threads burn as much CPU
 #   as the job itself in the first minute: a 24-record replay takes 97 CPU-seconds in 52 s.
-#   G1's regions are 8 MB, not the 1 MB a 2 GB heap gets: bronze holds a landed file
-#   whole (its text, its lines, its one-array parse), and with 1 MB regions each of
-#   those megabytes-long values is a humongous object, allocated outside the young
-#   generation, whose every allocation starts a collection. At 1 M events in 50 files,
-#   one warm JVM, processes alternated: bronze 3.10-3.11 -> 3.03 s (medians of 3),
-#   its collections 11-12 -> 7-10 a run and their pauses 200-250 -> 150-190 ms; the
-#   idiomatic JSON stream, which reads a line at a time, 2.11 -> 2.07-2.16 s.
 # - short-jobs: C1 only, one compiler thread, the serial collector, interpreted
 #   expressions, no adaptive execution. The same replay takes 60 CPU-seconds in 45 s;
 #   but 300 k events through silver take 19 s, not 12. For jobs of seconds and tiny batches on a small
@@ -93,7 +86,7 @@ class JvmProfile:
 #   and 194 against 192, 175, 233 and 175).
 DEFAULT_PROFILE = "throughput"
 JVM_PROFILES = {
-    DEFAULT_PROFILE: JvmProfile(heap_options="-XX:G1HeapRegionSize=8m"),
+    DEFAULT_PROFILE: JvmProfile(),
     "short-jobs": JvmProfile(
         "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m",
         SMALL_BATCHES,

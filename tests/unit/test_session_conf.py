@@ -91,15 +91,6 @@ def test_a_short_jobs_spark_jvm_starts_with_the_whole_heap_spark_gives_it(monkey
         assert java_flag(options, "InitialHeapSize") == java_flag(options, "MaxHeapSize") == 2**30
 
 
-def test_a_throughput_spark_jvm_allocates_a_landed_file_of_megabytes_in_its_young_generation(monkeypatch):
-    # Bronze holds a landed file whole: with a 2 GB heap's 1 MB regions each of its
-    # megabytes-long values is humongous, and every such allocation starts a collection.
-    monkeypatch.delenv(JVM_PROFILE_VARIABLE, raising=False)
-    for side in ("driver", "executor"):
-        options = f"{spark_conf()[f'spark.{side}.extraJavaOptions']} -Xmx2g"
-        assert java_flag(options, "G1HeapRegionSize") >= 8 * 2**20
-
-
 def test_beeline_gets_the_short_jobs_compilers_but_grows_its_heap_from_the_jdks_start():
     # beeline has no -Xmx of Spark's: a whole-heap start would reserve a quarter of the machine.
     assert "-XX:TieredStopAtLevel=1" in BEELINE_JAVA_OPTIONS.split()
