@@ -557,6 +557,25 @@ def never_written(spark: SparkSession, path: str) -> bool:
     return table_version(spark, path) == 0
 
 
+def readable_from_first_commit(spark: SparkSession, path: str, most: int) -> bool:
+    """Whether a stream can read the Delta table commit by commit from its first: it
+    has at most ``most`` commits after its creation, its log still holds them all, and
+    only appends came after the creation (no commit removed a file, so VACUUM cannot
+    have deleted one a commit added, and none changed the schema or protocol). Read
+    from the log on the driver, no Spark job."""
+    latest = table_version(spark, path)
+    if latest > most:
+        return False
+    try:
+        for version_actions in _log_changes(spark, path, 0, latest, fail_on_data_loss=True):
+            rewrites = _REWRITE_ACTIONS if version_actions._1() > 0 else _FILE_REMOVALS
+            if any(kind in rewrites for kind, _ in _actions(version_actions._2())):
+                return False
+    except Py4JJavaError:  # a commit file is gone (the log was cleaned up)
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Commit:
     version: int
@@ -586,6 +605,9 @@ def commits(spark: SparkSession, path: str, start: int, end: int) -> list[Commit
 _FILE_ACTIONS = frozenset({"AddFile", "RemoveFile", "AddCDCFile"})
 # The actions that change what every row means.
 _TABLE_ACTIONS = frozenset({"Metadata", "Protocol"})
+# The actions after which a table is no longer its appends read in order.
+_FILE_REMOVALS = frozenset({"RemoveFile"})
+_REWRITE_ACTIONS = _FILE_REMOVALS | _TABLE_ACTIONS
 
 
 def changed_by_others(
