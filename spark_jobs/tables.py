@@ -460,7 +460,11 @@ class TableRegistry:
         if not missing:
             return []
         # Each creation is a Delta commit of about a second, mostly waiting: side by side.
-        with creation_lock(self.root), ThreadPoolExecutor(CREATION_THREADS) as pool:
+        with (
+            creation_lock(self.root),
+            no_file_listing_in_checksums(spark),
+            ThreadPoolExecutor(CREATION_THREADS) as pool,
+        ):
             created = list(pool.map(lambda table: create_if_missing(spark, table), missing))
         return [table for table, made in zip(missing, created, strict=True) if made]
 
@@ -481,6 +485,31 @@ def has_commits(spark: SparkSession, path: str) -> bool:
     ):
         return True
     return table_version(spark, path) >= 0
+
+
+# Delta lists a small table's files in each version's checksum, derived from the
+# previous version's list, so that readers need not rebuild the table's state. For a
+# new table it first rebuilds the state of the empty table before it (a Spark job
+# each: 1.2 of 2.0 s creating a pipeline's 11 tables in a new process, 0.45 of 0.6 s
+# warm). With the listing off, a commit that leaves a table without files still
+# writes its empty list: the same checksum, and later commits derive theirs from it.
+ALL_FILES_IN_CHECKSUM = "spark.databricks.delta.allFilesInCrc.enabled"
+
+
+@contextmanager
+def no_file_listing_in_checksums(spark: SparkSession) -> Iterator[None]:
+    """The listing off, for creations only, on the session Delta's commits read their
+    settings from (the JVM's active one, which need not be ``spark``)."""
+    conf = java_class(spark, "org.apache.spark.sql.SparkSession").active().conf()
+    before = conf.get(ALL_FILES_IN_CHECKSUM) if conf.contains(ALL_FILES_IN_CHECKSUM) else None
+    conf.set(ALL_FILES_IN_CHECKSUM, "false")
+    try:
+        yield
+    finally:
+        if before is None:
+            conf.unset(ALL_FILES_IN_CHECKSUM)
+        else:
+            conf.set(ALL_FILES_IN_CHECKSUM, before)
 
 
 @contextmanager

@@ -1,6 +1,8 @@
 """The session factory gives a Delta-enabled Spark with the jars resolved at setup."""
 
+import json
 import threading
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,7 @@ from pyspark.sql import Row
 from spark_jobs.config import load_pipeline
 from spark_jobs.jars import jars_dir, posix_fs_dir, token_provider_dir
 from spark_jobs.tables import (
+    ALL_FILES_IN_CHECKSUM,
     LAYERS,
     TableRegistry,
     create_if_missing,
@@ -178,3 +181,40 @@ def test_table_creation_waits_for_another_job_creating_tables_in_the_same_lakeho
     creating.join(timeout=120)
     assert {t.sql_name for t in created} == {t.sql_name for t in registry.all()}
     assert all(has_commits(spark, table.path) for table in registry.all())
+
+
+def ungrouped_jobs(spark) -> set[int]:
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup())
+
+
+def checksum(table_path: str, version: int) -> dict:
+    return json.loads((Path(table_path) / "_delta_log" / f"{version:020d}.crc").read_text())
+
+
+def test_creating_a_pipelines_tables_runs_no_spark_job_and_leaves_the_session_as_it_was(spark, tmp_path):
+    registry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(tmp_path))
+    before, setting = ungrouped_jobs(spark), spark.conf.get(ALL_FILES_IN_CHECKSUM, None)
+    assert registry.create_missing(spark)
+    assert ungrouped_jobs(spark) == before
+    assert spark.conf.get(ALL_FILES_IN_CHECKSUM, None) == setting
+
+
+def test_a_new_tables_checksum_lists_its_files_so_the_next_commits_list_theirs(spark, tmp_path):
+    registry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(tmp_path))
+    registry.create_missing(spark)
+    table = registry.ops["rejects"]
+    assert checksum(table.path, 0)["allFiles"] == []
+    row = Row(
+        pipeline="p",
+        raw_record="{",
+        reason="malformed_record",
+        detail="not valid",
+        source_partition=None,
+        source_file="f",
+        source_offset=1,
+        ingest_time=datetime(2026, 1, 1),
+        rejected_at=datetime(2026, 1, 1),
+    )
+    spark.createDataFrame([row], table.schema).write.format("delta").mode("append").save(table.path)
+    listed = checksum(table.path, 1)["allFiles"]
+    assert [Path(file["path"]).suffix for file in listed] == [".parquet"]
