@@ -321,10 +321,9 @@ def append_batch_history(
     label: str,
 ) -> None:
     """A silver batch's history rows with the partition clocks after it: the batch's
-    one clock commit. Not through a Delta transaction id (checking one rebuilds the
-    table's state from its log: three Spark jobs, 0.4 s of a 5 s batch), and it needs
-    none: a batch whose history committed is judged, and its replay is skipped by the
-    judged version before it writes anything. The commit carries ``label`` as
+    one clock commit. Not through a Delta transaction id: it needs none, as a batch
+    whose history committed is judged, and its replay is skipped by the judged version
+    before it writes anything. The commit carries ``label`` as
     userMetadata, so the stream knows it for its own."""
     append_history(spark, registry, history_rows(registry, plan, counts, tracker), label, None)
 

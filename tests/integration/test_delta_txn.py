@@ -5,6 +5,7 @@ outcome is checked against what Delta's own APIs say of the table."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
@@ -15,8 +16,9 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.delta_txn import PartitionWriter, Transaction
 from spark_jobs.jobs.common import CONFLICTS
+from spark_jobs.jvm import java_class
 from spark_jobs.sql import local_rows
-from spark_jobs.tables import TableRef, create_if_missing, ops_tables
+from spark_jobs.tables import DELTA_LOG, TableRef, create_if_missing, ops_tables
 
 pytestmark = pytest.mark.spark
 
@@ -329,6 +331,49 @@ def jobs_run(spark, action) -> int:
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def history_with_steps(spark, root: str, *steps: tuple[str, int]) -> tuple[TableRef, list[tuple]]:
+    """The watermark history table with one appended row under each transaction id of ``steps``."""
+    history, rows = ops_rows(root)["watermark_history"]
+    create_if_missing(spark, history)
+    for step in steps:
+        txn = Transaction(spark, history.path)
+        txn.commit_append(txn.write_rows(rows[:1], history.schema), "step", step)
+    return history, rows
+
+
+def test_whether_a_transaction_id_committed_is_told_by_the_checksum_without_a_spark_job(spark, tmp_path):
+    history, _ = history_with_steps(spark, str(tmp_path), ("step", 4), ("other", 9))
+    txn = Transaction(spark, history.path)
+    answers: list[tuple[bool, ...]] = []
+
+    asked = [("step", 3), ("step", 4), ("step", 5), ("other", 9), ("unknown", 0)]
+    assert jobs_run(spark, lambda: answers.append(tuple(txn.has_committed(*a) for a in asked))) == 0
+    delta = Transaction(spark, history.path)._txn  # Delta's own lookup, through the table's state
+    assert answers == [tuple(delta.txnVersion(app_id) >= version for app_id, version in asked)]
+    assert answers == [(True, True, False, True, False)]
+
+
+def test_without_a_checksum_whether_a_transaction_id_committed_is_told_by_the_tables_state(spark, tmp_path):
+    history, _ = history_with_steps(spark, str(tmp_path), ("step", 4))
+    for checksum in (Path(history.path) / "_delta_log").glob("*.crc"):
+        checksum.unlink()
+    java_class(spark, DELTA_LOG).clearCache()
+    txn = Transaction(spark, history.path)
+    assert txn.has_committed("step", 4) and not txn.has_committed("step", 5)
+
+
+def test_a_commit_of_a_transaction_id_beside_one_that_looked_it_up_fails_the_later(spark, tmp_path):
+    history, rows = history_with_steps(spark, str(tmp_path))
+    looked = Transaction(spark, history.path)
+    assert not looked.has_committed("step", 5)
+    beside = Transaction(spark, history.path)
+    beside.commit_append(beside.write_rows(rows[:1], history.schema), "step", ("step", 5))
+
+    with pytest.raises(CONFLICTS):
+        looked.commit_append(looked.write_rows(rows[:1], history.schema), "step", ("step", 5))
+    assert spark.read.format("delta").load(history.path).count() == 1
 
 
 def test_a_table_as_created_has_no_files_to_replace_and_no_state_is_rebuilt_to_say_so(spark, tmp_path):
