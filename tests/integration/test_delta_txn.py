@@ -17,7 +17,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from spark_jobs.delta_txn import PartitionWriter, Transaction
 from spark_jobs.jobs.common import CONFLICTS
 from spark_jobs.jvm import java_class
-from spark_jobs.sql import local_rows
+from spark_jobs.sql import is_in_sql, local_rows
 from spark_jobs.tables import DELTA_LOG, TableRef, create_if_missing, ops_tables
 
 pytestmark = pytest.mark.spark
@@ -56,13 +56,13 @@ def add_one(rows: DataFrame) -> DataFrame:
 def counting_state_reads(monkeypatch) -> list[str]:
     """The predicates the writer asked the table's state for, in order."""
     asked: list[str] = []
-    original = Transaction.files_where
+    original = Transaction.partition_files
 
-    def files_where(self, condition: str):
-        asked.append(condition)
-        return original(self, condition)
+    def partition_files(self, column: str, values: frozenset[str]):
+        asked.append(is_in_sql(column, sorted(values)))
+        return original(self, column, values)
 
-    monkeypatch.setattr(Transaction, "files_where", files_where)
+    monkeypatch.setattr(Transaction, "partition_files", partition_files)
     return asked
 
 
@@ -382,16 +382,39 @@ def test_a_table_as_created_has_no_files_to_replace_and_no_state_is_rebuilt_to_s
     txn = Transaction(spark, path)
     found: list[list] = []
 
-    assert jobs_run(spark, lambda: found.append(txn.files_where("status IN ('open')"))) == 0
+    assert jobs_run(spark, lambda: found.append(txn.partition_files("status", IN_PLAY))) == 0
     assert found == [[]]
 
 
-def test_a_first_version_that_wrote_rows_has_its_files_found(spark, tmp_path):
-    path = str(tmp_path / "written")
-    spark.createDataFrame([("a", 1, "open"), ("z", 9, "closed")], SCHEMA).write.format("delta").partitionBy(
-        "status"
-    ).save(path)
+def written_in_two_versions(spark, path: str) -> str:
+    rows = [("a", 1, "open"), ("z", 9, "closed")]
+    spark.createDataFrame(rows, SCHEMA).write.format("delta").partitionBy("status").save(path)
+    spark.createDataFrame([("b", 2, "open")], SCHEMA).write.format("delta").mode("append").save(path)
+    return path
 
-    [open_file] = Transaction(spark, path).files_where("status IN ('open')")
 
-    assert open_file.partitionValues().get("status").get() == "open"
+def open_files_by_delta(spark, path: str) -> list[str]:
+    """The names of the files Delta's own read takes the open rows from."""
+    frame = spark.read.format("delta").load(path).where("status = 'open'")
+    return sorted(Path(row.file).name for row in frame.select(F.input_file_name().alias("file")).collect())
+
+
+def test_a_partitions_files_are_found_in_the_checksums_list_without_a_spark_job(spark, tmp_path):
+    path = written_in_two_versions(spark, str(tmp_path / "written"))
+    txn = Transaction(spark, path)
+    found: list = []
+
+    assert jobs_run(spark, lambda: found.extend(txn.partition_files("status", IN_PLAY))) == 0
+    assert sorted(Path(file.path()).name for file in found) == open_files_by_delta(spark, path)
+    assert len(found) == 2
+
+
+def test_without_a_checksum_a_partitions_files_are_found_in_the_tables_state(spark, tmp_path):
+    path = written_in_two_versions(spark, str(tmp_path / "written"))
+    for checksum in (Path(path) / "_delta_log").glob("*.crc"):
+        checksum.unlink()
+    java_class(spark, DELTA_LOG).clearCache()
+
+    found = Transaction(spark, path).partition_files("status", IN_PLAY)
+    assert sorted(Path(file.path()).name for file in found) == open_files_by_delta(spark, path)
+    assert len(found) == 2
