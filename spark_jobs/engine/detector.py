@@ -16,7 +16,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.delta_txn import Transaction
+from spark_jobs.delta_txn import Transaction, insert_into_empty
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.jobs.common import (
     USER_METADATA,
@@ -234,8 +234,22 @@ def merge_state(
     label = f"{REDERIVATION_LABEL if txn is None else BATCH_LABEL}{uuid.uuid4().hex}"
     settings = {USER_METADATA: label, **(txn_settings(*txn) if txn else {})}
 
+    inserted = "s.action <> 'delete'"
+    insert_values: dict[str, Column] = {
+        **{column: column_of("s", column) for column in key},
+        **{column: F.col(f"s.{column}") for column in ("kind", "ts_ms", "status", "version")},
+        "updated_at": moment,
+    }
+
     def merge() -> None:
+        inserts = (
+            changes.alias("s")
+            .where(inserted)
+            .select(*(value.alias(column) for column, value in insert_values.items()))
+        )
         with session_settings(spark, settings):
+            if insert_into_empty(spark, state.path, inserts, label, txn):
+                return
             (
                 DeltaTable.forPath(spark, state.path)
                 .alias("t")
@@ -250,17 +264,7 @@ def merge_state(
                         "updated_at": moment,
                     },
                 )
-                .whenNotMatchedInsert(
-                    condition="s.action <> 'delete'",
-                    values={
-                        **{column: column_of("s", column) for column in key},
-                        "kind": "s.kind",
-                        "ts_ms": "s.ts_ms",
-                        "status": "s.status",
-                        "version": "s.version",
-                        "updated_at": moment,
-                    },
-                )
+                .whenNotMatchedInsert(condition=inserted, values=insert_values)
                 .execute()
             )
 

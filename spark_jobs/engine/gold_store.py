@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from spark_jobs.delta_txn import insert_into_empty
 from spark_jobs.jobs.common import (
     delta_txn,
     retry_on_conflict,
@@ -19,6 +20,9 @@ from spark_jobs.jobs.common import (
 from spark_jobs.sql import local_rows, null_safe_match
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.gold import grain_keys, rollup
+
+# The label of gold's commits that are appends (a MERGE's into an empty table).
+GOLD_LABEL = "tidemark-gold"
 
 
 def changed_keys(silver_rows: DataFrame, registry: TableRegistry) -> list[Row]:
@@ -61,6 +65,8 @@ def refresh_gold(
             .join(F.broadcast(wanted), list(columns), "left_semi")
             .withColumn("updated_at", F.lit(now).cast("timestamp"))
         )
+        if insert_into_empty(spark, registry.gold.path, fresh, GOLD_LABEL, txn):
+            return
         in_grains = (F.col("t.grain_start") >= F.lit(lowest)) & (F.col("t.grain_start") < F.lit(highest))
         condition = in_grains & null_safe_match(columns)
         statement = (

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_jobs.delta_txn import PartitionWriter, Transaction
+from spark_jobs.delta_txn import PartitionWriter, Transaction, insert_into_empty
 from spark_jobs.jobs.common import CONFLICTS
 from spark_jobs.jvm import java_class
 from spark_jobs.sql import is_in_sql, local_rows
@@ -418,3 +418,67 @@ def test_without_a_checksum_a_partitions_files_are_found_in_the_tables_state(spa
     found = Transaction(spark, path).partition_files("status", IN_PLAY)
     assert sorted(Path(file.path()).name for file in found) == open_files_by_delta(spark, path)
     assert len(found) == 2
+
+
+def empty_table(spark, path: str) -> str:
+    assert Transaction(spark, path).create(SCHEMA, ["status"], {})
+    return path
+
+
+def inserts(spark) -> DataFrame:
+    return spark.createDataFrame([("a", 1, "open"), ("z", 9, "closed")], SCHEMA)
+
+
+def test_inserts_into_a_table_without_rows_are_one_append_under_its_transaction_id(spark, tmp_path):
+    path = empty_table(spark, str(tmp_path / "empty"))
+
+    assert insert_into_empty(spark, path, inserts(spark), "first", ("app", 3))
+
+    assert rows(spark, path) == [("a", 1, "open"), ("z", 9, "closed")]
+    history = DeltaTable.forPath(spark, path).history().collect()
+    assert [commit.version for commit in history] == [1, 0]
+    assert (history[0].operation, history[0].userMetadata) == ("WRITE", "first")
+    assert Transaction(spark, path).has_committed("app", 3)
+    # Replayed, the batch finds rows: the MERGE's (Delta skips it under the same id).
+    assert not insert_into_empty(spark, path, inserts(spark), "again", ("app", 3))
+
+
+def test_no_inserts_under_a_transaction_id_commit_once(spark, tmp_path):
+    path = empty_table(spark, str(tmp_path / "empty"))
+    nothing = inserts(spark).where("false")
+
+    assert insert_into_empty(spark, path, nothing, "first", ("app", 3))
+    assert insert_into_empty(spark, path, nothing, "again", ("app", 3))
+
+    assert [commit.version for commit in DeltaTable.forPath(spark, path).history().collect()] == [1, 0]
+    assert rows(spark, path) == []
+
+
+def test_a_table_with_rows_is_left_to_the_merge(spark, table):
+    before = DeltaTable.forPath(spark, table).history(1).first().version
+    assert not insert_into_empty(spark, table, inserts(spark), "label", ("app", 1))
+    assert DeltaTable.forPath(spark, table).history(1).first().version == before
+
+
+def test_a_table_whose_checksum_does_not_say_it_is_empty_is_left_to_the_merge(spark, tmp_path):
+    path = empty_table(spark, str(tmp_path / "empty"))
+    for checksum in (Path(path) / "_delta_log").glob("*.crc"):
+        checksum.unlink()
+    java_class(spark, DELTA_LOG).clearCache()
+    assert not insert_into_empty(spark, path, inserts(spark), "label", ("app", 1))
+    assert rows(spark, path) == []
+
+
+def test_inserts_beside_another_commit_fail_with_a_conflict_and_write_nothing(spark, tmp_path, monkeypatch):
+    path = empty_table(spark, str(tmp_path / "empty"))
+    original = Transaction.write
+
+    def write_after_another_commit(self, frame: DataFrame):
+        beside = Transaction(spark, path)
+        beside.commit_append(original(beside, spark.createDataFrame([("b", 2, "open")], SCHEMA)), "beside")
+        return original(self, frame)
+
+    monkeypatch.setattr(Transaction, "write", write_after_another_commit)
+    with pytest.raises(CONFLICTS):
+        insert_into_empty(spark, path, inserts(spark), "label", ("app", 1))
+    assert rows(spark, path) == [("b", 2, "open")]
