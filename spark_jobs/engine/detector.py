@@ -236,8 +236,7 @@ def merge_state(
 
     inserted = "s.action <> 'delete'"
     insert_values: dict[str, Column] = {
-        **{column: column_of("s", column) for column in key},
-        **{column: F.col(f"s.{column}") for column in ("kind", "ts_ms", "status", "version")},
+        **{column: column_of("s", column) for column in (*key, "kind", "ts_ms", "status", "version")},
         "updated_at": moment,
     }
 
