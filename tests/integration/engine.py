@@ -306,3 +306,14 @@ def assert_engine_equals_model(
     assert engine_quarantine(spark, registry) == model_quarantine(expected)
     assert engine_history(spark, registry) == model_history(expected)
     assert_reconciles(spark, registry, [record for batch in batches for record in batch])
+
+
+def jobs_run(spark, action) -> int:
+    """How many Spark jobs ``action`` ran (a group of its own: the status tracker keeps a group's jobs)."""
+    group = f"tidemark-counted-{next(_names)}"
+    spark.sparkContext.setJobGroup(group, "counted")
+    try:
+        action()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))

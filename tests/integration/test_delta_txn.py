@@ -19,6 +19,7 @@ from spark_jobs.jobs.common import CONFLICTS
 from spark_jobs.jvm import java_class
 from spark_jobs.sql import is_in_sql, local_rows
 from spark_jobs.tables import DELTA_LOG, TableRef, create_if_missing, ops_tables
+from tests.integration.engine import jobs_run
 
 pytestmark = pytest.mark.spark
 
@@ -320,17 +321,6 @@ def test_an_append_under_a_transaction_id_is_recorded_and_seen_as_committed(spar
 
     again = Transaction(spark, history.path)
     assert again.has_committed("step", 4) and not again.has_committed("step", 5)
-
-
-def jobs_run(spark, action) -> int:
-    """How many Spark jobs ``action`` ran."""
-    group = "tidemark-counted"
-    spark.sparkContext.setJobGroup(group, "counted")
-    try:
-        action()
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
 
 
 def history_with_steps(spark, root: str, *steps: tuple[str, int]) -> tuple[TableRef, list[tuple]]:

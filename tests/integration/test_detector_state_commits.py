@@ -13,6 +13,7 @@ import pytest
 from spark_jobs.config import load_pipeline
 from spark_jobs.engine.detector import last_changes, merge_state, offline_tables, read_state
 from spark_jobs.tables import TableRegistry, create_if_missing, table_version
+from tests.integration.engine import jobs_run
 
 pytestmark = pytest.mark.spark
 
@@ -72,22 +73,12 @@ def test_a_re_derivation_is_stale_after_a_batch_even_when_re_derivations_came_be
     assert commit(spark, state, REDERIVATION, "a", read)
 
 
-def jobs_of(spark, action) -> int:
-    group = "tidemark-state-read"
-    spark.sparkContext.setJobGroup(group, "counted")
-    try:
-        action()
-    finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
-
-
 def test_the_state_is_read_at_its_latest_version_without_rebuilding_the_tables_state(spark, state):
     assert not commit(spark, state, BATCH, "a", table_version(spark, state.path), txn_version=1)
     assert not commit(spark, state, BATCH, "b", table_version(spark, state.path), txn_version=2)
     read: list = []
 
-    assert jobs_of(spark, lambda: read.extend(read_state(spark, state).rows.collect())) == 1
+    assert jobs_run(spark, lambda: read.extend(read_state(spark, state).rows.collect())) == 1
     by_delta = spark.read.format("delta").load(state.path).collect()
     assert sorted(map(tuple, read)) == sorted(map(tuple, by_delta))
     assert {(row.kind, row.device_id) for row in read} >= {("last", "a"), ("last", "b")}
