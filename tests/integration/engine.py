@@ -25,6 +25,10 @@ from spark_jobs.jobs.replay import replay
 from spark_jobs.tables import TableRegistry, join
 
 BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+# The offline tests' pipeline: 1-minute tumbling windows, a 5 s bound, a 30-minute timeout per device.
+BOUNDED = {"strategy": "bounded", "max_out_of_orderness": "5s"}
+TUMBLING = {"type": "tumbling", "size": "1m", "offset": "0s"}
+OFFLINE = {"timeout": "30m", "key": ["device_id"]}
 _names = itertools.count()
 
 MEASURES = {"battery": ["avg", "min", "sum"], "speed": ["max", "count", "approx_distinct"]}

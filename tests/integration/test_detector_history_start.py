@@ -13,6 +13,9 @@ from spark_jobs.jobs.common import session_settings
 from spark_jobs.tables import TableRegistry, join, readable_from_first_commit
 from tests.integration.engine import (
     BASE_MS,
+    BOUNDED,
+    OFFLINE,
+    TUMBLING,
     assert_reconciles,
     batch_computation,
     engine_config,
@@ -22,10 +25,6 @@ from tests.integration.engine import (
 )
 
 pytestmark = pytest.mark.spark
-
-BOUNDED = {"strategy": "bounded", "max_out_of_orderness": "5s"}
-TUMBLING = {"type": "tumbling", "size": "1m", "offset": "0s"}
-OFFLINE = {"timeout": "30m", "key": ["device_id"]}
 
 
 def appended_table(spark, path: Path, appends: int) -> str:

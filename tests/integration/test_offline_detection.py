@@ -19,6 +19,9 @@ from spark_jobs.jobs.common import JobContext
 from spark_jobs.tables import TableRegistry, join
 from tests.integration.engine import (
     BASE_MS,
+    BOUNDED,
+    OFFLINE,
+    TUMBLING,
     assert_reconciles,
     batch_computation,
     engine_config,
@@ -27,10 +30,6 @@ from tests.integration.engine import (
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-BOUNDED = {"strategy": "bounded", "max_out_of_orderness": "5s"}
-TUMBLING = {"type": "tumbling", "size": "1m", "offset": "0s"}
-OFFLINE = {"timeout": "30m", "key": ["device_id"]}
 
 
 def at(clock: str) -> int:
