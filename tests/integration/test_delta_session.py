@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
+from py4j.clientserver import ClientServerConnection
+from py4j.java_gateway import GatewayConnection
 from pyspark.sql import Row
+from pyspark.sql import functions as F
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.jars import jars_dir, posix_fs_dir, token_provider_dir
@@ -39,6 +42,21 @@ def test_the_session_keeps_the_code_of_more_plans_than_sparks_default_hundred(sp
         compiled = classes_compiled(spark)
         assert [plan(number) for number in range(10)] == [7 + 2 * number for number in range(10)]
         assert classes_compiled(spark) == compiled
+
+
+def test_building_columns_sends_the_jvm_no_python_call_sites(spark, monkeypatch):
+    commands = []
+    for connection in (ClientServerConnection, GatewayConnection):
+
+        def recorded(self, command, *args, _send=connection.send_command, **kwargs):
+            commands.append(command)
+            return _send(self, command, *args, **kwargs)
+
+        monkeypatch.setattr(connection, "send_command", recorded)
+    frame = spark.range(3).select((F.col("id") * F.lit(2)).alias("twice"), F.when(F.col("id") > 1, "big"))
+    assert [row.twice for row in frame.collect()] == [0, 2, 4]
+    assert any("functions" in command for command in commands)
+    assert not [command for command in commands if "PySparkCurrentOrigin" in command]
 
 
 def test_session_uses_utc_and_only_local_jar_files(spark):
