@@ -38,6 +38,9 @@ from spark_jobs.posix_fs import HADOOP_CONF
 DEFAULT_MASTER = "local[*]"
 LOG4J = Path(__file__).with_name("log4j2.properties")
 JVM_PROFILE_VARIABLE = "TIDEMARK_JVM_PROFILE"
+SHUFFLE_PARTITIONS_VARIABLE = "TIDEMARK_SHUFFLE_PARTITIONS"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+DEFAULT_PARALLELISM = "spark.default.parallelism"
 # Spark generates the Java source of every task's projections, and compiles it for
 # every distinct plan. On micro-batches of a few records, and on the Delta log reads
 # behind every idempotent write, that is a third of the JVM's samples. Interpreted,
@@ -113,6 +116,31 @@ SHORT_JOB_RECORDS = 30_000
 def profile_for_records(records: int) -> str:
     """The JVM profile for a job over ``records`` input records known up front."""
     return "short-jobs" if records <= SHORT_JOB_RECORDS else DEFAULT_PROFILE
+
+
+# On an input this small a task costs more to schedule than its share of the work:
+# one shuffle partition and one slice of local rows instead of four. Replays with
+# --flush in a new process on 2 cores, seconds with four / one (alternated): 24
+# records in 4 batches 11.9, 11.7, 11.6 / 11.1, 10.7, 10.9; 9.6 k in 4 batches
+# 14.1, 13.2 / 13.1, 13.1; 23 k in 4 batches 14.8, 16.0 / 15.4, 15.3 (even).
+ONE_PARTITION_RECORDS = 10_000
+
+
+def conf_for_records(records: int) -> dict[str, str]:
+    """Partitioning for a job over ``records`` input records known up front: one
+    partition up to :data:`ONE_PARTITION_RECORDS`, unless ``$TIDEMARK_SHUFFLE_PARTITIONS``
+    chose."""
+    if records > ONE_PARTITION_RECORDS or os.environ.get(SHUFFLE_PARTITIONS_VARIABLE):
+        return {}
+    return {SHUFFLE_PARTITIONS: "1", DEFAULT_PARALLELISM: "1"}
+
+
+def session_for_records(app_name: str, records: int) -> SparkSession:
+    """The session of a job over ``records`` input records known up front (a replay,
+    a tuning run over a file): its JVM profile and partitioning sized to them."""
+    return build_session(
+        app_name, overrides=conf_for_records(records), default_profile=profile_for_records(records)
+    )
 
 
 # A continuous stream's micro-batch holds what arrived in one interval: small batches,
@@ -200,17 +228,17 @@ def base_conf(default_profile: str = DEFAULT_PROFILE, chosen_profile: str | None
 
 def profile_conf(local: bool) -> dict[str, str]:
     """Small-machine defaults for a local master, small-batch ones for a cluster."""
-    shuffle = os.environ.get("TIDEMARK_SHUFFLE_PARTITIONS")
+    shuffle = os.environ.get(SHUFFLE_PARTITIONS_VARIABLE)
     driver_memory = os.environ.get("TIDEMARK_DRIVER_MEMORY")
     if local:
         return {
-            "spark.sql.shuffle.partitions": shuffle or "4",
-            "spark.default.parallelism": "4",
+            SHUFFLE_PARTITIONS: shuffle or "4",
+            DEFAULT_PARALLELISM: "4",
             "spark.databricks.delta.snapshotPartitions": "2",
             "spark.driver.memory": driver_memory or "2g",
         }
     conf = {
-        "spark.sql.shuffle.partitions": shuffle or "8",
+        SHUFFLE_PARTITIONS: shuffle or "8",
         "spark.databricks.delta.snapshotPartitions": "8",
     }
     if driver_memory:

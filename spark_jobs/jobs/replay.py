@@ -27,7 +27,7 @@ from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, PipelineConfig, load_pipeline
 from spark_jobs.engine.backfill import cut_batches, replay_batches, require_partitions
 from spark_jobs.jobs.common import exit_on_config_error, folder_argument
-from spark_jobs.session import build_session, profile_for_records
+from spark_jobs.session import session_for_records
 
 
 def replay(
@@ -76,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     lakehouse = folder_argument(args.lakehouse, "--lakehouse")
     # The whole input is read and checked first: a bad one starts no Spark and lands nothing.
     batches = list(cut_batches(config, args.input, args.batch_size, args.batch_column))
-    profile = profile_for_records(sum(map(len, batches)))
-    spark = build_session(f"tidemark-replay-{config.name}", default_profile=profile)
+    spark = session_for_records(f"tidemark-replay-{config.name}", sum(map(len, batches)))
     return replay_batches(spark, config, batches, lakehouse, args.flush)
 
 

@@ -19,7 +19,7 @@ from spark_jobs.engine.tuning import CANDIDATE_HELP, CannotTune, parse_candidate
 from spark_jobs.engine.tuning_report import as_json, chart_svg, save, table
 from spark_jobs.eventtime.generators import GeneratorError
 from spark_jobs.jobs.common import exit_on_config_error, folder_argument
-from spark_jobs.session import DEFAULT_PROFILE, build_session, profile_for_records
+from spark_jobs.session import build_session, session_for_records
 from spark_jobs.tables import TableRegistry
 
 
@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         require_partitions(config)
         # The whole input is read and checked first: a bad one starts no Spark.
         batches = list(cut_batches(config, args.input, args.batch_size, args.batch_column))
-    # Tuning over bronze reads a history of unknown size: the default profile.
-    profile = DEFAULT_PROFILE if batches is None else profile_for_records(sum(map(len, batches)))
-    spark = build_session(f"tidemark-tune-{config.name}", default_profile=profile)
+    name = f"tidemark-tune-{config.name}"
+    # Tuning over bronze reads a history of unknown size: the defaults.
+    spark = build_session(name) if batches is None else session_for_records(name, sum(map(len, batches)))
     with tempfile.TemporaryDirectory(prefix="tidemark-tune-") as scratch:
         if batches is not None:
             code = ingest_batches(spark, config, batches, scratch)

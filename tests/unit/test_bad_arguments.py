@@ -10,15 +10,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from spark_jobs import session
 from spark_jobs.cli import main as tidemark
-from spark_jobs.jobs import check_idle, common, maintenance, merge_late, replay
+from spark_jobs.jobs import check_idle, common, maintenance, merge_late
 from tests.unit.test_config import PIPELINES
 
 TELEMETRY = str(PIPELINES / "telemetry.yaml")
 CLICKSTREAM = str(PIPELINES / "clickstream.yaml")  # Kafka: no partition_column
 STREAMS = ("bronze", "silver", "gold", "offline")
-# Where the jobs build their sessions (the streams through common.stream_session).
-SESSION_BUILDERS = (common, replay, merge_late, check_idle, maintenance)
+# Where the jobs build their sessions (the streams through common.stream_session, a
+# replay through session.session_for_records).
+SESSION_BUILDERS = (common, session, merge_late, check_idle, maintenance)
 RECORD = '{"device_id": "d1", "ts": 1767225600000, "region": "north", "partition": 1}\n'
 
 

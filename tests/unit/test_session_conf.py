@@ -10,13 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import jvm_archive
+from spark_jobs import jvm_archive, session
 from spark_jobs.jobs import common, replay, silver
 from spark_jobs.jvm_archive import DUMP_VARIABLE
 from spark_jobs.session import (
+    DEFAULT_PARALLELISM,
     JVM_PROFILE_VARIABLE,
     JVM_PROFILES,
+    ONE_PARTITION_RECORDS,
     SHORT_JOB_RECORDS,
+    SHUFFLE_PARTITIONS,
+    SHUFFLE_PARTITIONS_VARIABLE,
     profile_for_records,
     spark_conf,
 )
@@ -141,9 +145,20 @@ def test_an_input_of_up_to_the_short_job_size_gets_short_jobs_and_a_larger_one_t
     assert profile_for_records(SHORT_JOB_RECORDS + 1) == "throughput"
 
 
-@pytest.mark.parametrize(("lines", "profile"), [(24, "short-jobs"), (SHORT_JOB_RECORDS + 1, "throughput")])
-def test_replay_starts_its_jvm_under_the_profile_its_input_size_calls_for(
-    monkeypatch, tmp_path, lines, profile
+ONE_PARTITION = {SHUFFLE_PARTITIONS: "1", DEFAULT_PARALLELISM: "1"}
+
+
+@pytest.mark.parametrize(
+    ("lines", "profile", "partitioning"),
+    [
+        (24, "short-jobs", ONE_PARTITION),
+        (ONE_PARTITION_RECORDS, "short-jobs", ONE_PARTITION),
+        (ONE_PARTITION_RECORDS + 1, "short-jobs", {}),
+        (SHORT_JOB_RECORDS + 1, "throughput", {}),
+    ],
+)
+def test_replay_sizes_its_jvm_profile_and_partitions_to_its_input(
+    monkeypatch, tmp_path, lines, profile, partitioning
 ):
     asked = {}
 
@@ -151,12 +166,19 @@ def test_replay_starts_its_jvm_under_the_profile_its_input_size_calls_for(
         asked.update(settings)
         raise SystemExit(0)
 
-    monkeypatch.setattr(replay, "build_session", no_spark)
+    monkeypatch.delenv(SHUFFLE_PARTITIONS_VARIABLE, raising=False)
+    monkeypatch.setattr(session, "build_session", no_spark)
     record = '{"device_id": "d1", "ts": 1767225600000, "region": "north", "partition": 1}\n'
     (tmp_path / "in.json").write_text(record * lines)
     with pytest.raises(SystemExit):
         replay.main(["--pipeline", str(PIPELINES / "telemetry.yaml"), "--input", str(tmp_path / "in.json")])
-    assert asked == {"default_profile": profile}
+    assert asked == {"default_profile": profile, "overrides": partitioning}
+
+
+def test_a_small_inputs_single_partition_gives_way_to_the_variable(monkeypatch):
+    monkeypatch.setenv(SHUFFLE_PARTITIONS_VARIABLE, "6")
+    assert session.conf_for_records(24) == {}
+    assert spark_conf(local=True, overrides=session.conf_for_records(24))[SHUFFLE_PARTITIONS] == "6"
 
 
 def submitted_java_options(job: str, *job_args: str, master: str | None = None) -> list[str]:
