@@ -86,6 +86,12 @@ def test_a_short_jobs_jvm_keeps_a_code_cache_that_minutes_of_spark_do_not_fill()
     assert java_flag(JVM_PROFILES["short-jobs"].java_options, "ReservedCodeCacheSize") >= 240 * 2**20
 
 
+def test_a_short_jobs_jvm_compiles_code_after_a_sixth_of_the_calls_and_loops_the_jdk_waits_for():
+    short_jobs = JVM_PROFILES["short-jobs"].java_options
+    for flag in ("Tier3InvocationThreshold", "Tier3CompileThreshold", "Tier3BackEdgeThreshold"):
+        assert java_flag(short_jobs, flag) * 6 <= java_flag("", flag)
+
+
 def test_a_short_jobs_spark_jvm_starts_with_the_whole_heap_spark_gives_it(monkeypatch):
     # Grown from a small start, the serial collector runs hundreds of collections in
     # a short job's first minute; the maximum is Spark's (-Xmx from its memory setting).
