@@ -452,6 +452,20 @@ def _statistics(columns: dict[str, list[object]], data: StructType) -> dict[str,
     }
 
 
+def read_latest(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
+    """The table's rows at its latest version, and that version: the files its checksum
+    lists, read as they are (Delta's read of a version rebuilds the version's state from
+    its log first, a Spark job: 0.47 s of a warm detector batch, 0.4-0.5 s of the tiny
+    replay's gold), else Delta's read of that version."""
+    txn = Transaction(spark, path)
+    files = txn.listed_files()
+    if files is None:
+        rows = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
+    else:
+        rows = txn.frame(files).select(*txn.schema.fieldNames())
+    return rows, txn.read_version
+
+
 def insert_into_empty(
     spark: SparkSession, path: str, inserts: DataFrame, label: str, txn: tuple[str, int] | None = None
 ) -> bool:

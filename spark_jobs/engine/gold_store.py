@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from spark_jobs.delta_txn import insert_into_empty
+from spark_jobs.delta_txn import insert_into_empty, read_latest
 from spark_jobs.jobs.common import (
     delta_txn,
     retry_on_conflict,
@@ -55,10 +55,8 @@ def refresh_gold(
         wanted = local_rows(spark, list(keys), key_schema).select(
             F.timestamp_millis("grain_ms").alias("grain_start"), *gold.group_by
         )
-        silver = (
-            spark.read.format("delta")
-            .load(registry.silver.path)
-            .where((F.col("window_start") >= F.lit(lowest)) & (F.col("window_start") < F.lit(highest)))
+        silver = read_latest(spark, registry.silver.path)[0].where(
+            (F.col("window_start") >= F.lit(lowest)) & (F.col("window_start") < F.lit(highest))
         )
         fresh = (
             rollup(silver, config)

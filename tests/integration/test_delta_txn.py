@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_jobs.delta_txn import PartitionWriter, Transaction, insert_into_empty
+from spark_jobs.delta_txn import PartitionWriter, Transaction, insert_into_empty, read_latest
 from spark_jobs.jobs.common import CONFLICTS
 from spark_jobs.jvm import java_class
 from spark_jobs.sql import is_in_sql, local_rows
@@ -408,6 +408,32 @@ def test_without_a_checksum_a_partitions_files_are_found_in_the_tables_state(spa
     found = Transaction(spark, path).partition_files("status", IN_PLAY)
     assert sorted(Path(file.path()).name for file in found) == open_files_by_delta(spark, path)
     assert len(found) == 2
+
+
+def test_a_small_tables_latest_rows_are_read_with_one_job_from_its_checksums_list(spark, tmp_path):
+    path = written_in_two_versions(spark, str(tmp_path / "written"))
+    read: list = []
+
+    def latest() -> None:
+        rows, version = read_latest(spark, path)
+        read.extend(rows.collect())
+        assert version == 1
+
+    assert jobs_run(spark, latest) == 1
+    by_delta = spark.read.format("delta").load(path)
+    assert sorted(map(tuple, read)) == sorted(map(tuple, by_delta.collect()))
+    assert list(read[0].asDict()) == by_delta.columns
+
+
+def test_without_a_checksum_the_latest_rows_are_delta_reads_of_the_latest_version(spark, tmp_path):
+    path = written_in_two_versions(spark, str(tmp_path / "written"))
+    for checksum in (Path(path) / "_delta_log").glob("*.crc"):
+        checksum.unlink()
+    java_class(spark, DELTA_LOG).clearCache()
+
+    rows, version = read_latest(spark, path)
+    assert version == 1
+    assert sorted(map(tuple, rows.collect())) == [("a", 1, "open"), ("b", 2, "open"), ("z", 9, "closed")]
 
 
 def empty_table(spark, path: str) -> str:
