@@ -92,6 +92,14 @@ def test_a_short_jobs_jvm_compiles_code_after_a_sixth_of_the_calls_and_loops_the
         assert java_flag(short_jobs, flag) * 6 <= java_flag("", flag)
 
 
+def test_a_short_jobs_jvm_leaves_room_for_sparks_class_metadata_before_a_full_collection():
+    assert (
+        java_flag(JVM_PROFILES["short-jobs"].java_options, "MetaspaceSize")
+        >= 256 * 2**20
+        > java_flag("", "MetaspaceSize")
+    )
+
+
 def test_a_short_jobs_spark_jvm_starts_with_the_whole_heap_spark_gives_it(monkeypatch):
     # Grown from a small start, the serial collector runs hundreds of collections in
     # a short job's first minute; the maximum is Spark's (-Xmx from its memory setting).
