@@ -95,8 +95,8 @@ class JvmProfile:
 #   without, 27.5, 24.0, 32.1 and 23.8 with (the tiny bench's machine CPU 203, 200, 237
 #   and 194 against 192, 175, 233 and 175).
 DEFAULT_PROFILE = "throughput"
-# C1 compiles a method after 30 calls instead of the JDK's 200 (and its thresholds of
-# calls plus loops and of loop iterations at a tenth and a seventh as well): a
+# C1 compiles a method after 30 calls instead of the JDK's 200 (its thresholds of calls
+# plus loop iterations and of loop iterations alone at a seventh and a tenth as well): a
 # short job's driver runs most of its code a few hundred times, then never again, so
 # it otherwise interprets the code it spends its life in. The 24-record replay in a new
 # process, 6 runs each alternated: median 11.0 s at the JDK's thresholds, 10.6 at these.
