@@ -82,9 +82,12 @@ class JvmProfile:
 # - throughput: the JDK's defaults (C1 then C2, G1) and Spark's expression code
 #   generation. The C2 compiler threads and G1's concurrent threads burn as much CPU
 #   as the job itself in the first minute: a 24-record replay takes 97 CPU-seconds in 52 s.
-# - short-jobs: C1 only, one compiler thread, the serial collector, interpreted
-#   expressions, no adaptive execution. The same replay takes 60 CPU-seconds in 45 s;
-#   but 300 k events through silver take 19 s, not 12. For jobs of seconds and tiny batches on a small
+# - short-jobs: C1 only, one compiler thread, the parallel collector (no concurrent
+#   threads, like the serial one, but its pauses use both cores: a 24-record replay's
+#   five young collections took 288 ms against 430-460 serial, and the replay 9.83 ->
+#   9.65 s, medians of 5 alternated), interpreted expressions, no adaptive execution.
+#   The same replay took 60 CPU-seconds in 45 s (serial collector then); but 300 k
+#   events through silver take 19 s, not 12. For jobs of seconds and tiny batches on a small
 #   machine (the test suite). C1 alone also shrinks the code cache to 48 MB, which
 #   Spark and Delta fill within minutes; then the sweeper evicts and C1 compiles again:
 #   two integration test files on one C1-only session took 327 CPU-s (the sweeper 73),
@@ -104,15 +107,15 @@ C1_EARLY = (
     "-XX:Tier3InvocationThreshold=30 -XX:Tier3MinInvocationThreshold=15 "
     "-XX:Tier3CompileThreshold=300 -XX:Tier3BackEdgeThreshold=6000"
 )
-# Spark's drivers load some 150 MB of class metadata. The serial collector runs a full
+# Spark's drivers load some 150 MB of class metadata. The collector runs a full
 # collection the first time metaspace passes its initial 21 MB threshold, to unload
-# classes a driver never unloads: 154 ms of a 24-record replay's 10.6 s, gone at 256 MB
-# (its 4-5 young collections stay; a young generation twice as large saved nothing).
+# classes a driver never unloads: 154 ms of a 24-record replay's 10.6 s (serial), gone
+# at 256 MB (its 4-5 young collections stay; a young generation twice as large saved nothing).
 CLASS_METADATA_ROOM = "-XX:MetaspaceSize=256m"
 JVM_PROFILES = {
     DEFAULT_PROFILE: JvmProfile(),
     "short-jobs": JvmProfile(
-        "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m "
+        "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m "
         f"{C1_EARLY} {CLASS_METADATA_ROOM}",
         SMALL_BATCHES,
         "-XX:InitialRAMPercentage=100",

@@ -63,12 +63,12 @@ def test_the_default_jvm_profile_leaves_the_jdks_compiler_and_collector(monkeypa
     assert "spark.sql.codegen.factoryMode" not in conf
 
 
-def test_the_short_jobs_profile_gives_driver_and_executors_c1_and_the_serial_collector(monkeypatch):
+def test_the_short_jobs_profile_gives_driver_and_executors_c1_and_the_parallel_collector(monkeypatch):
     monkeypatch.setenv(JVM_PROFILE_VARIABLE, "short-jobs")
     conf = spark_conf()
     for side in ("driver", "executor"):
         options = conf[f"spark.{side}.extraJavaOptions"].split()
-        assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= set(options)
+        assert {"-XX:TieredStopAtLevel=1", "-XX:+UseParallelGC"} <= set(options)
         assert "-Duser.timezone=UTC" in options
 
 
