@@ -26,7 +26,7 @@ from spark_jobs.session import JVM_PROFILES
 # On 2 cores, started, sent 11 k records over 60 s, read back, then idle 120 s: the
 # broker's JVM took 13.6 and 12.7 CPU-s under the JDK's defaults, 8.3 and 9.2 under these
 # (start 3.5-4.9 against 2.2-2.8; the minute of load 5.3-5.4 against 3.6-3.7).
-BROKER_JAVA_OPTIONS = JVM_PROFILES["short-jobs"].java_options.split()
+BROKER_JAVA_OPTIONS = [*JVM_PROFILES["short-jobs"].java_options.split(), "-XX:+UseSerialGC"]
 
 
 def free_port() -> int:

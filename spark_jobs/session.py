@@ -70,12 +70,14 @@ DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
 @dataclass(frozen=True)
 class JvmProfile:
     """How a job's JVMs trade start-up CPU for speed on large batches:
-    ``java_options`` for any JVM of the profile (beeline's too), ``heap_options``
-    for Spark's drivers and executors, whose maximum heap Spark always sets."""
+    ``java_options`` for any JVM of the profile (beeline's and the Kafka broker's too,
+    which choose their own collector), ``heap_options`` and ``collector`` for Spark's
+    drivers and executors, whose maximum heap Spark always sets."""
 
     java_options: str = ""
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     heap_options: str = ""
+    collector: str = ""
 
 
 # Measured on 2 cores:
@@ -115,10 +117,10 @@ CLASS_METADATA_ROOM = "-XX:MetaspaceSize=256m"
 JVM_PROFILES = {
     DEFAULT_PROFILE: JvmProfile(),
     "short-jobs": JvmProfile(
-        "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m "
-        f"{C1_EARLY} {CLASS_METADATA_ROOM}",
+        f"-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:ReservedCodeCacheSize=240m {C1_EARLY}",
         SMALL_BATCHES,
-        "-XX:InitialRAMPercentage=100",
+        f"-XX:InitialRAMPercentage=100 {CLASS_METADATA_ROOM}",
+        "-XX:+UseParallelGC",
     ),
 }
 
@@ -237,7 +239,16 @@ def base_conf(default_profile: str = DEFAULT_PROFILE, chosen_profile: str | None
     if LOG4J.is_file():
         logging = f"-Dlog4j2.configurationFile={LOG4J}"
         java_options = " ".join(
-            filter(None, ["-Duser.timezone=UTC", logging, profile.java_options, profile.heap_options])
+            filter(
+                None,
+                [
+                    "-Duser.timezone=UTC",
+                    logging,
+                    profile.java_options,
+                    profile.collector,
+                    profile.heap_options,
+                ],
+            )
         )
         conf["spark.driver.extraJavaOptions"] = f"{java_options} {driver_java_options()}".rstrip()
         conf["spark.executor.extraJavaOptions"] = java_options

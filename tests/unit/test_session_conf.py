@@ -92,12 +92,11 @@ def test_a_short_jobs_jvm_compiles_code_after_a_sixth_of_the_calls_and_loops_the
         assert java_flag(short_jobs, flag) * 6 <= java_flag("", flag)
 
 
-def test_a_short_jobs_jvm_leaves_room_for_sparks_class_metadata_before_a_full_collection():
-    assert (
-        java_flag(JVM_PROFILES["short-jobs"].java_options, "MetaspaceSize")
-        >= 256 * 2**20
-        > java_flag("", "MetaspaceSize")
-    )
+def test_a_short_jobs_spark_jvm_leaves_room_for_sparks_class_metadata_before_a_full_collection(monkeypatch):
+    monkeypatch.setenv(JVM_PROFILE_VARIABLE, "short-jobs")
+    for side in ("driver", "executor"):
+        options = spark_conf()[f"spark.{side}.extraJavaOptions"]
+        assert java_flag(options, "MetaspaceSize") >= 256 * 2**20 > java_flag("", "MetaspaceSize")
 
 
 def test_a_short_jobs_spark_jvm_starts_with_the_whole_heap_spark_gives_it(monkeypatch):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from spark_jobs.session import JVM_PROFILES
 from spark_jobs.sql_client import beeline_environment
 
-SHORT_JOB_OPTIONS = JVM_PROFILES["short-jobs"].java_options
+# A JVM of one query: the short-jobs compilers, and the serial collector.
+SHORT_JOB_OPTIONS = f"{JVM_PROFILES['short-jobs'].java_options} -XX:+UseSerialGC"
 
 
 def test_beeline_starts_its_jvm_as_a_short_job():
