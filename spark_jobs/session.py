@@ -114,6 +114,8 @@ C1_EARLY = (
 # classes a driver never unloads: 154 ms of a 24-record replay's 10.6 s (serial), gone
 # at 256 MB (its 4-5 young collections stay; a young generation twice as large saved nothing).
 CLASS_METADATA_ROOM = "-XX:MetaspaceSize=256m"
+# One-query and broker JVMs (beeline, Kafka) and the tests' long session collect serially.
+SERIAL_COLLECTOR = "-XX:+UseSerialGC"
 JVM_PROFILES = {
     DEFAULT_PROFILE: JvmProfile(),
     "short-jobs": JvmProfile(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyspark
 
-from spark_jobs.session import JVM_PROFILES
+from spark_jobs.session import JVM_PROFILES, SERIAL_COLLECTOR
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 10000
@@ -28,7 +28,7 @@ PROMPT = re.compile(r"^\d+: jdbc:hive2://\S*> ?")
 # collector. `tidemark sql "SHOW DATABASES"` on 2 cores took 2.86-3.22 CPU-s in
 # 1.78-1.96 s under the JDK's defaults, 1.88-2.01 CPU-s in 1.47-1.48 s under these.
 BEELINE_OPTIONS_VARIABLE = "SPARK_BEELINE_OPTS"
-BEELINE_JAVA_OPTIONS = f"{JVM_PROFILES['short-jobs'].java_options} -XX:+UseSerialGC"
+BEELINE_JAVA_OPTIONS = f"{JVM_PROFILES['short-jobs'].java_options} {SERIAL_COLLECTOR}"
 UNREACHABLE = ("Could not open client transport", "Connection refused")
 
 

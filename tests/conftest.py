@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.session import JVM_PROFILE_VARIABLE, JVM_PROFILES, SMALL_BATCHES, base_conf
+from spark_jobs.session import JVM_PROFILE_VARIABLE, JVM_PROFILES, SERIAL_COLLECTOR, SMALL_BATCHES, base_conf
 
 # Inert unless $TIDEMARK_CPU_REPORT names where to write (see the module).
 pytest_plugins = ["tests.tools.cpu_accounting"]
@@ -78,7 +78,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # with -Xms2g -Xmn640m, the same heap at 2 GB): 417-427 CPU-s (compiler 92-96,
 # collector 14-15 instead of 24-26).
 SESSION_JVM_OPTIONS = (
-    f"-XX:+UseSerialGC {JVM_PROFILES['short-jobs'].heap_options}"
+    f"{SERIAL_COLLECTOR} {JVM_PROFILES['short-jobs'].heap_options}"
     " -XX:Tier4InvocationThreshold=15000 -XX:Tier4MinInvocationThreshold=1800"
     " -XX:Tier4CompileThreshold=45000 -XX:Tier4BackEdgeThreshold=120000"
 )
