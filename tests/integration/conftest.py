@@ -9,7 +9,8 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, redirect_stderr, redirect_stdout, suppress
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
@@ -81,19 +82,29 @@ def run_here(job: str, pipeline: Path, lakehouse: Path, *extra: str, streaming: 
     return Ran(code, output.getvalue())
 
 
-def start_job(job: str, pipeline: Path, lakehouse: Path, *extra: str) -> subprocess.Popen:
-    """spark-submit a long-running job in its own process group (so kill -9 takes it all)."""
-    return subprocess.Popen(
-        job_command(job, pipeline, lakehouse, *extra),
-        env=submit_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+@contextmanager
+def group_running(command: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """A long-running command in its own process group (so kill -9 takes it all), taken
+    down with its group when the block ends, however it ends: a job left running
+    after a failed wait takes a core from every test after it."""
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
+    try:
+        yield process
+    finally:
+        kill_hard(process)
+
+
+def job_running(job: str, pipeline: Path, lakehouse: Path, *extra: str) -> AbstractContextManager:
+    """spark-submit a long-running job for the length of a ``with`` block."""
+    return group_running(job_command(job, pipeline, lakehouse, *extra), submit_env())
 
 
 def kill_hard(process: subprocess.Popen) -> None:
-    os.killpg(process.pid, signal.SIGKILL)
+    """kill -9 a process group; one already gone is not an error."""
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
 
 

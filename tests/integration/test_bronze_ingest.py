@@ -20,11 +20,11 @@ from spark_jobs.tables import commits, table_version
 from tests.integration.conftest import (
     assert_bronze_reconciles,
     delta_commits,
+    job_running,
     kill_hard,
     registry_for,
     run_here,
     run_job,
-    start_job,
     wait_for,
     write_pipeline,
 )
@@ -178,9 +178,9 @@ def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing_files(spark
     registry = registry_for(pipeline, lakehouse)
     total_files = len(files)
 
-    job = start_job("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "200ms")
-    wait_for(lambda: delta_commits(registry.bronze.path) >= 6, 240, "bronze to commit a few batches")
-    kill_hard(job)
+    with job_running("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "200ms") as job:
+        wait_for(lambda: delta_commits(registry.bronze.path) >= 6, 240, "bronze to commit a few batches")
+        kill_hard(job)
     partial = spark.read.format("delta").load(registry.bronze.path).count()
     assert 0 < partial < manifest.valid, "the kill should land mid-stream"
 
@@ -241,9 +241,9 @@ def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing_kafka(spark
     manifest = Manifest.of(generated)
     send_to_kafka(generated, kafka_broker.bootstrap_servers, topic)
 
-    job = start_job("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "200ms")
-    wait_for(lambda: delta_commits(registry.bronze.path) >= 6, 240, "bronze to commit a few batches")
-    kill_hard(job)
+    with job_running("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "200ms") as job:
+        wait_for(lambda: delta_commits(registry.bronze.path) >= 6, 240, "bronze to commit a few batches")
+        kill_hard(job)
     assert 0 < spark.read.format("delta").load(registry.bronze.path).count() < manifest.valid
 
     unlimited = write_pipeline(tmp_path, source={**source_of(pipeline), "max_offsets_per_trigger": None})

@@ -26,10 +26,10 @@ from spark_jobs.jobs.replay import replay
 from spark_jobs.tables import TableRegistry, join, table_version
 from tests.integration.conftest import (
     delta_commits,
+    job_running,
     kill_hard,
     registry_for,
     run_here,
-    start_job,
     wait_for,
     write_pipeline,
 )
@@ -372,44 +372,47 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
     half = len(fleet) // 2
     write_landing(fleet[:half], landing, 60)
     # The pipeline's streams in their application; the merges in this process beside it.
-    streams = start_job("run", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms")
-    # Every silver batch commits its clocks to the watermark history.
-    clocks = registry.ops["watermark_history"].path
-    mark = merge_late.crash_point
-    held = []
+    with job_running("run", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms") as streams:
+        # Every silver batch commits its clocks to the watermark history.
+        clocks = registry.ops["watermark_history"].path
+        mark = merge_late.crash_point
+        held = []
 
-    def hold_until_silver_commits(step: str) -> None:
-        # The first merge waits, its records claimed, for a silver batch to commit:
-        # on a loaded machine a silver batch may take longer than a whole merge.
-        if step == "merge_late:claim" and not held:
-            held.append(table_version(spark, clocks))
-            write_landing(fleet[half:], landing, 60)
-            wait_for(lambda: table_version(spark, clocks) > held[0], 300, "a silver batch inside the merge")
-        mark(step)
+        def hold_until_silver_commits(step: str) -> None:
+            # The first merge waits, its records claimed, for a silver batch to commit:
+            # on a loaded machine a silver batch may take longer than a whole merge.
+            if step == "merge_late:claim" and not held:
+                held.append(table_version(spark, clocks))
+                write_landing(fleet[half:], landing, 60)
+                wait_for(
+                    lambda: table_version(spark, clocks) > held[0], 300, "a silver batch inside the merge"
+                )
+            mark(step)
 
-    monkeypatch.setattr(merge_late, "crash_point", hold_until_silver_commits)
-    try:
-        # Spark conditions are polled every second or two: each poll is a few Spark jobs,
-        # CPU taken from the streams under test.
-        wait_for(
-            lambda: table_rows(spark, registry.quarantine.path) > 0,
-            300,
-            "a first quarantined record",
-            interval=1,
-        )
-        for _ in range(2):
-            assert run_here("merge_late", pipeline, lakehouse, streaming=False).returncode == 0
-        stream_alive = streams.poll() is None
-        wait_for(
-            lambda: (
-                table_rows(spark, registry.bronze.path) == len(fleet) and silver_caught_up(spark, registry)
-            ),
-            300,
-            "silver to read all of bronze",
-            interval=2,
-        )
-    finally:
-        stop_gracefully(streams)
+        monkeypatch.setattr(merge_late, "crash_point", hold_until_silver_commits)
+        try:
+            # Spark conditions are polled every second or two: each poll is a few Spark jobs,
+            # CPU taken from the streams under test.
+            wait_for(
+                lambda: table_rows(spark, registry.quarantine.path) > 0,
+                300,
+                "a first quarantined record",
+                interval=1,
+            )
+            for _ in range(2):
+                assert run_here("merge_late", pipeline, lakehouse, streaming=False).returncode == 0
+            stream_alive = streams.poll() is None
+            wait_for(
+                lambda: (
+                    table_rows(spark, registry.bronze.path) == len(fleet)
+                    and silver_caught_up(spark, registry)
+                ),
+                300,
+                "silver to read all of bronze",
+                interval=2,
+            )
+        finally:
+            stop_gracefully(streams)
     assert stream_alive, "the streams died while the merges ran"
     merges = spark.sql(
         f"SELECT started_at, ended_at, late FROM delta.`{registry.ops['runs'].path}` "

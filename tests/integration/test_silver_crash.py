@@ -10,10 +10,10 @@ import pytest
 
 from spark_jobs.generator import FleetSpec, generate, write_landing
 from tests.integration.conftest import (
+    job_running,
     kill_hard,
     registry_for,
     run_here,
-    start_job,
     wait_for,
     write_pipeline,
 )
@@ -50,13 +50,13 @@ def test_kill_9_silver_mid_stream_then_restart_gives_the_uninterrupted_answer(sp
     silver_checkpoint = lakehouse / "_checkpoints" / registry.config.name / "silver"
     history = registry.ops["watermark_history"].path
 
-    bronze = start_job("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "300ms")
-    silver = start_job("silver", pipeline, lakehouse, "--trigger", "continuous", "--interval", "300ms")
-    try:
+    continuous = ("--trigger", "continuous", "--interval", "300ms")
+    with (
+        job_running("bronze", pipeline, lakehouse, *continuous),
+        job_running("silver", pipeline, lakehouse, *continuous) as silver,
+    ):
         wait_for(lambda: committed_batches(silver_checkpoint) >= 3, 300, "silver to commit a few batches")
         kill_hard(silver)
-    finally:
-        kill_hard(bronze)
     batches_before_kill = spark.read.format("delta").load(history).count()
 
     # The restart (the pipeline's application, in this process) drains the rest of the

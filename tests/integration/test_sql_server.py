@@ -21,9 +21,8 @@ from spark_jobs.submit import submit_env
 from spark_jobs.tables import TableRegistry
 from tests.integration.conftest import (
     delta_commits,
-    kill_hard,
+    job_running,
     run_job,
-    start_job,
     wait_for,
     write_pipeline,
 )
@@ -116,12 +115,11 @@ def test_queries_see_a_running_stream_commit_and_tables_created_later(spark, ser
     )
     write_landing(more, registry.landing_path, records_per_file=100)
     extra = Manifest.of(more)
-    stream = start_job(
-        "bronze", served.pipeline, Path(registry.root), "--trigger", "continuous", "--interval", "2s"
-    )
     # Waits watch the table here, each query over the wire is asked once: a client
     # call is a JVM of its own (1.5-2 CPU-s).
-    try:
+    with job_running(
+        "bronze", served.pipeline, Path(registry.root), "--trigger", "continuous", "--interval", "2s"
+    ):
         wait_for(
             lambda: delta_commits(registry.bronze.path) - 1 > version_before, 300, "the stream's first commit"
         )
@@ -138,8 +136,6 @@ def test_queries_see_a_running_stream_commit_and_tables_created_later(spark, ser
             interval=2,
         )
         assert served.value(f"SELECT count(*) FROM bronze.{name}") == before + extra.valid
-    finally:
-        kill_hard(stream)
     assert served.value(f"SELECT count(*) FROM ops.rejects WHERE pipeline = '{name}'") == (
         served.landed.records - served.landed.valid + extra.records - extra.valid
     )
