@@ -6,14 +6,14 @@ PY := $(VENV)/bin/python
 UV_INSTALL := $(VENV)/bin/uv pip install --quiet --python $(PY)
 JARS_STAMP := $(VENV)/share/tidemark/jars/.resolved
 KAFKA_STAMP := $(VENV)/share/tidemark/kafka/.resolved
-POSIX_FS_JAR := $(VENV)/share/tidemark/posix-fs/tidemark-posix-fs.jar
+TIDEMARK_JAR := $(VENV)/share/tidemark/tidemark-java/tidemark.jar
 JVM_ARCHIVE := $(VENV)/share/tidemark/jvm/spark-classes.jsa
 export PYTHONDONTWRITEBYTECODE := 1
 
 .PHONY: setup tools browser compose test test-fast lint format clean bench demo stop sql-server
 
 # Quiet unless something fails: one line per resolved jar set and for the class archive.
-setup: $(VENV)/.installed $(JARS_STAMP) $(KAFKA_STAMP) $(POSIX_FS_JAR) $(JVM_ARCHIVE)
+setup: $(VENV)/.installed $(JARS_STAMP) $(KAFKA_STAMP) $(TIDEMARK_JAR) $(JVM_ARCHIVE)
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON)"; exit 1; }
@@ -35,12 +35,13 @@ $(KAFKA_STAMP): $(VENV)/.installed spark_jobs/jars.py
 	@$(PY) -m spark_jobs.jars kafka
 	@touch $@
 
-# Hadoop's local file system without its readlink and chmod processes (spark_jobs/java).
-$(POSIX_FS_JAR): $(VENV)/.installed spark_jobs/posix_fs.py $(wildcard spark_jobs/java/io/tidemark/fs/*.java)
-	@$(PY) -m spark_jobs.posix_fs
+# Tidemark's JVM classes (spark_jobs/java): Hadoop's local file system without its
+# readlink and chmod processes, and the landing zone's JSON-lines reader.
+$(TIDEMARK_JAR): $(VENV)/.installed spark_jobs/java_build.py $(wildcard spark_jobs/java/io/tidemark/*/*.java)
+	@$(PY) -m spark_jobs.java_build
 
 # The JVM classes a job loads, archived once (class-data sharing): every job starts faster.
-$(JVM_ARCHIVE): $(JARS_STAMP) $(POSIX_FS_JAR) spark_jobs/jvm_archive.py spark_jobs/session.py
+$(JVM_ARCHIVE): $(JARS_STAMP) $(TIDEMARK_JAR) spark_jobs/jvm_archive.py spark_jobs/session.py
 	@$(PY) -m spark_jobs.jvm_archive
 
 lint: $(VENV)/.installed

@@ -5,7 +5,7 @@
 - Delta and the Kafka connector into :func:`jars_dir`, pinned jar by jar with their
   SHA-256 (:data:`SPARK_JARS`); the session factory and every spark-submit command
   point ``spark.jars`` at those files, and at the one Tidemark compiles itself
-  (:func:`posix_fs_dir`, ``spark_jobs.posix_fs``);
+  (:func:`tidemark_jar_dir`, ``spark_jobs.java_build``);
 - an Apache Kafka broker into :func:`kafka_jars_dir`, with its dependencies through
   Spark's own Ivy resolver, which tests and the demo run in KRaft mode on loopback
   (``spark_jobs.kafka_broker``).
@@ -101,9 +101,9 @@ def token_provider_dir() -> Path:
     return jars_dir().with_name("token-provider")
 
 
-def posix_fs_dir() -> Path:
-    """Tidemark's own jar, compiled at setup (spark_jobs.posix_fs)."""
-    return jars_dir().with_name("posix-fs")
+def tidemark_jar_dir() -> Path:
+    """Tidemark's own jar, compiled at setup (spark_jobs.java_build)."""
+    return jars_dir().with_name("tidemark-java")
 
 
 def kafka_jars_dir() -> Path:
@@ -126,7 +126,7 @@ def maven_packages() -> list[str]:
 
 def local_jars() -> list[str]:
     jars = []
-    for folder in (jars_dir(), token_provider_dir(), posix_fs_dir()):
+    for folder in (jars_dir(), token_provider_dir(), tidemark_jar_dir()):
         found = sorted(str(path) for path in folder.glob("*.jar"))
         if not found:
             raise RuntimeError(f"no jars in {folder}: run `make setup` first")

@@ -3,13 +3,14 @@
 Input (from a source reader): ``raw`` (the record's text), ``source_partition``
 (Kafka's partition, or null for files: then taken from the payload's partition
 column), ``source_file``, ``source_offset``, ``ingest_time``, for CSV
-``header`` (the file's first line), and, from a JSON file, ``typed``: the record's
-element of the file's typed read (:func:`with_json_file_read`), when there is one.
+``header`` (the file's first line), and, from a JSON file, ``typed`` and
+``one_object``: the line's typed read and byte scan (:func:`surely_one_object`),
+made by the landing zone's reader as it splits the file into lines.
 
 A payload field's value is what ``try_cast`` makes of its text: a value that is
 present but does not convert is a wrong type, not a null. Most JSON records are
-read once at the schema's types (as a Spark user's JSON source reads them; a JSON
-file's lines in one parse of the file); the rest are read again with every field
+read once at the schema's types (as a Spark user's JSON source reads them); the
+rest are read again with every field
 as text, and both ways give one answer. One record gets one reason, the first that
 applies in :data:`REASONS` order.
 """
@@ -24,7 +25,6 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig, once_per_pipeline
-from spark_jobs.session import PARTIAL_JSON_RESULTS
 from spark_jobs.sql import quote_identifier, with_constants
 from spark_jobs.transforms.timestamps import (
     EPOCH_SCALE,
@@ -81,69 +81,13 @@ def _json_typed_fields(config: PipelineConfig) -> dict[str, str]:
     }
 
 
-def _fast_schema(config: PipelineConfig) -> str:
+def typed_read_schema(config: PipelineConfig) -> str:
+    """The fields of a JSON record's typed read: the fast path's kinds at their type,
+    the rest as text, and the corrupt-record flag."""
     typed = _json_typed_fields(config)
     return ", ".join(
         f"{quote_identifier(name)} {typed.get(name, 'string').upper()}" for name in (*config.schema, CORRUPT)
     )
-
-
-FILE_READ = "file_read"
-
-
-def with_json_file_read(files: DataFrame, config: PipelineConfig) -> DataFrame:
-    """``files`` (a JSON-lines file's text in ``value``, split at its newlines in
-    ``lines``) with ``file_read``: the file read at the fast path's types in one parse,
-    an array with one element per line (null for the empty line after a trailing
-    newline), or null unless every line is one object by the byte scan's rule
-    (:func:`_surely_one_object`) and the file parses.
-
-    Why element k is line k: every line begins with ``{`` and its only ``}`` is its
-    last character. Joined by commas into one array, the text holds as many ``}`` as
-    lines, and an array of that many objects needs each of them outside a string,
-    closing a top-level object. One parse a file costs a fraction of a parse a line
-    (Spark's ``from_json`` builds a character reader for every value).
-
-    The lines are tested without a lambda or a regular expression over the file (each
-    costs more than the parse saves): split at every ``}``, the text's pieces after the
-    first must each begin with a newline and a ``{`` (the bounds of their sort order
-    tell), the last must be empty (or the trailing newline), and no other newline may
-    be left. A CRLF file fails the test, and is read a line at a time.
-
-    A value that does not convert must fail the whole array, as it flags a line read
-    alone (:data:`~spark_jobs.session.PARTIAL_JSON_RESULTS` off): with partial results
-    Spark skips it, keeping a duplicate key's earlier value. In a session that has them
-    on, ``file_read`` is null and each line is read alone."""
-    partial_results = files.sparkSession.conf.get(PARTIAL_JSON_RESULTS, "true") != "false"
-    pieces, file_read = _file_read_columns(config, partial_results)
-    if pieces is None:
-        return files.withColumn(FILE_READ, file_read)
-    return files.withColumn("json_pieces", pieces).withColumn(FILE_READ, file_read).drop("json_pieces")
-
-
-@once_per_pipeline
-def _file_read_columns(config: PipelineConfig, partial_results: bool) -> tuple[Column | None, Column]:
-    """The columns of :func:`with_json_file_read`: the file's pieces between its ``}``
-    (None when the session has partial results, and no file is read whole), and its read."""
-    element = f"STRUCT<{_fast_schema(config)}>"
-    if partial_results:
-        return None, F.lit(None).cast(f"ARRAY<{element}>")
-    text, lines, pieces = F.col("value"), F.col("lines"), F.col("json_pieces")
-    ends_in_newline = text.endswith("\n")
-    closing = F.size(pieces) - 1  # the } in the file
-    between = F.slice(pieces, 2, closing - 1)  # what follows each } but the last
-    one_object_a_line = (
-        text.startswith("{")
-        & (F.element_at(pieces, -1) == F.when(ends_in_newline, F.lit("\n")).otherwise(F.lit("")))
-        & ((closing == 1) | ((F.array_min(between) >= "\n{") & (F.array_max(between) < "\n|")))
-        & (F.size(lines) - 1 == closing - 1 + ends_in_newline.cast("int"))  # newlines
-    )
-    # After a trailing newline, the empty line's element is a null.
-    as_array = F.concat(
-        F.lit("["), F.array_join(lines, ","), F.when(ends_in_newline, F.lit("null]")).otherwise(F.lit("]"))
-    )
-    parsed = F.from_json(as_array, f"ARRAY<{element}>", PERMISSIVE)
-    return F.split(text, "}", -1), F.when(one_object_a_line, parsed)
 
 
 def _one_value(line: Column, values_in_brackets: Column) -> Column:
@@ -154,22 +98,26 @@ def _one_value(line: Column, values_in_brackets: Column) -> Column:
     return (values_in_brackets == 1) & (~line.contains("]") | as_member.isNotNull())
 
 
-def _surely_one_object(line: Column) -> Column:
+def surely_one_object(line: Column) -> Column:
     """A byte scan that holds only for a line that, if it parses as an object, is that
     object and nothing else: it begins with ``{`` and its only ``}`` is its last
     character (an object ends at a ``}`` outside its strings). Lines it does not
     hold for (nested objects, a ``}`` in a string) take the bracketed reads.
 
     The scan is over the line's bytes (no UTF-8 byte of another character is a
-    ``}``): ``instr`` and ``length`` count characters, and cost a fifth of the parse."""
+    ``}``): ``instr`` and ``length`` count characters, and cost a fifth of the parse.
+    The landing zone's reader makes the same scan as it splits a file into lines
+    (``one_object``, ``spark_jobs/java/io/tidemark/bronze/JsonLinesFormat.java``)."""
     before_last = F.substring(line.cast("binary"), 1, F.octet_length(line) - 1)
     return line.startswith("{") & line.endswith("}") & ~before_last.contains(F.lit(bytearray(b"}")))
 
 
-def _parsed_field_steps(config: PipelineConfig, file_read: bool, horizon: Column) -> list[tuple[str, Column]]:
+def _parsed_field_steps(
+    config: PipelineConfig, typed_given: bool, horizon: Column
+) -> list[tuple[str, Column]]:
     """The columns, each added in turn, that give a raw record ``fast``, ``typed`` and
-    ``text`` (``file_read``: the raw records carry ``typed``, their element of their
-    file's typed read, :func:`with_json_file_read`).
+    ``text`` (``typed_given``: the raw records carry ``typed`` and ``one_object``, as
+    the landing zone's JSON-lines reader gives them).
 
     ``fast`` marks a JSON line that is one object whose typed fields all converted:
     ``typed`` holds its fields (the kinds of :func:`_json_typed_fields` at their type,
@@ -195,7 +143,7 @@ def _parsed_field_steps(config: PipelineConfig, file_read: bool, horizon: Column
             ("text", F.from_csv(guarded, _text_schema(config), {**PERMISSIVE, "escape": '"'})),
             ("text", F.when(marked, F.col("text").withField(first_field, restored)).otherwise(F.col("text"))),
             ("fast", F.lit(False)),
-            ("typed", F.lit(None).cast(f"STRUCT<{_fast_schema(config)}>")),
+            ("typed", F.lit(None).cast(f"STRUCT<{typed_read_schema(config)}>")),
         ]
     # Spark's JSON parser stops after the first value and ignores the rest of the line,
     # so `{...}{...}` would land its first record and silently drop the second: hence
@@ -203,15 +151,18 @@ def _parsed_field_steps(config: PipelineConfig, file_read: bool, horizon: Column
     # without a trace, so the typed parse reads the line alone, where it is flagged in
     # the corrupt column, and a byte scan checks the rest: counting the bracketed
     # values would tokenize every line a second time and cost what the typed parse saves.
-    # A file source hands each line its element of the file's typed parse
-    # (:func:`with_json_file_read`).
+    # The landing zone's reader hands each JSON line both, read as it splits the file.
     typed = F.col("typed")
     json_typed = _json_typed_fields(config)
-    if file_read:
-        steps, vouched = [], typed.isNotNull()
-    else:
-        steps = [("typed", F.from_json(line, _fast_schema(config), PERMISSIVE))]
-        vouched = _surely_one_object(line) & typed.getField(CORRUPT).isNull()
+    steps = (
+        []
+        if typed_given
+        else [
+            ("typed", F.from_json(line, typed_read_schema(config), PERMISSIVE)),
+            ("one_object", surely_one_object(line)),
+        ]
+    )
+    vouched = F.col("one_object") & typed.getField(CORRUPT).isNull()
     # JSON reads a number beyond the type's range as infinite; its text does not cast.
     finite = [
         ~typed.getField(name).isin(float("inf"), float("-inf"))
@@ -311,8 +262,8 @@ class RecordParse:
     columns: list[Column]
 
     @classmethod
-    def of(cls, config: PipelineConfig, file_read: bool) -> RecordParse:
-        """``file_read``: the raw records carry their file's typed read."""
+    def of(cls, config: PipelineConfig, typed_given: bool) -> RecordParse:
+        """``typed_given``: the raw records carry their typed read and byte scan."""
         fields = _fields(config)
         typed = {name: field.value for name, field in fields.items()}
         stamp = config.event_time
@@ -388,7 +339,7 @@ class RecordParse:
         )
         from_text = event_time_millis(stamp_text, stamp)
         steps = [
-            *_parsed_field_steps(config, file_read, horizon),
+            *_parsed_field_steps(config, typed_given, horizon),
             ("millis", F.when(judged_by_text, from_text)),
         ]
         event_time = millis_to_timestamp(millis)

@@ -5,6 +5,7 @@ import threading
 from datetime import datetime
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from delta.tables import DeltaTable
 from py4j.clientserver import ClientServerConnection
@@ -13,7 +14,7 @@ from pyspark.sql import Row
 from pyspark.sql import functions as F
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.jars import jars_dir, posix_fs_dir, token_provider_dir
+from spark_jobs.jars import jars_dir, tidemark_jar_dir, token_provider_dir
 from spark_jobs.tables import (
     ALL_FILES_IN_CHECKSUM,
     LAYERS,
@@ -62,7 +63,7 @@ def test_building_columns_sends_the_jvm_no_python_call_sites(spark, monkeypatch)
 def test_session_uses_utc_and_only_local_jar_files(spark):
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     jars = spark.sparkContext.getConf().get("spark.jars").split(",")
-    folders = (str(jars_dir()), str(token_provider_dir()), str(posix_fs_dir()))
+    folders = (str(jars_dir()), str(token_provider_dir()), str(tidemark_jar_dir()))
     assert jars and all(jar.startswith(folders) and jar.endswith(".jar") for jar in jars)
     assert spark.conf.get("spark.jars.packages", None) is None
 
@@ -236,3 +237,21 @@ def test_a_new_tables_checksum_lists_its_files_so_the_next_commits_list_theirs(s
     spark.createDataFrame([row], table.schema).write.format("delta").mode("append").save(table.path)
     listed = checksum(table.path, 1)["allFiles"]
     assert [Path(file["path"]).suffix for file in listed] == [".parquet"]
+
+
+def test_delta_files_store_timestamps_as_parquets_64_bit_microseconds(spark, tmp_path):
+    """Not Spark's default INT96, which Parquet has deprecated and which costs every
+    timestamp column a dictionary of 12-byte arrays."""
+    table = str(tmp_path / "t")
+    moment = spark.createDataFrame([(datetime(2026, 1, 1, 12, 0, 0, 1),)], "at timestamp")
+    moment.coalesce(1).write.format("delta").save(table)
+    [data_file] = Path(table).glob("*.parquet")
+    column = pq.ParquetFile(data_file).schema.column(0)
+    logical = json.loads(column.logical_type.to_json())
+    assert (column.physical_type, logical["Type"], logical["isAdjustedToUTC"], logical["timeUnit"]) == (
+        "INT64",
+        "Timestamp",
+        True,
+        "microseconds",
+    )
+    assert spark.read.format("delta").load(table).first().at == datetime(2026, 1, 1, 12, 0, 0, 1)

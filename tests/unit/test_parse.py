@@ -3,23 +3,26 @@
 import csv
 import io
 import json
+import os
 import re
+import tempfile
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from py4j.clientserver import ClientServerConnection
+from pyspark.sql import functions as F
 
 from spark_jobs.config import ConfigError, parse_pipeline
 from spark_jobs.jobs import bronze
 from spark_jobs.jobs.common import JobContext
-from spark_jobs.session import PARTIAL_JSON_RESULTS
-from spark_jobs.sources.files import file_columns, landing_records, split_lines
+from spark_jobs.sources.files import json_lines, read_landing, split_lines
 from spark_jobs.tables import TableRegistry
-from spark_jobs.transforms.parse import parse_records, with_json_file_read
+from spark_jobs.transforms.parse import parse_records, surely_one_object, typed_read_schema
 from tests.generated_code import classes_compiled, expressions_compiled
 from tests.unit.test_config import PIPELINES
 
@@ -60,15 +63,24 @@ def parse(spark, lines, cfg=None, source_partition=None):
     return parse_records(raw_records(spark, lines, source_partition), cfg or config(), NOW).collect()
 
 
-def parse_file(spark, lines, cfg=None):
-    """The lines as one landed JSON file, as the file source reads it (the whole file's typed parse)."""
+def file_text(lines) -> bytes:
+    return "".join(f"{line}\n" for line in lines).encode()
+
+
+def file_rows(spark, text: bytes, cfg=None, parsed=True):
+    """The rows the file source's reader gives a landed JSON-lines file f.json holding
+    ``text``, landed at NOW: its raw records, or (``parsed``) their parse."""
     cfg = cfg or config()
-    files = spark.createDataFrame(
-        [("".join(f"{line}\n" for line in lines), "/landing/f.json", NOW)],
-        "value string, source_file string, ingest_time timestamp",
-    )
-    raw = split_lines(files, has_header=False, read_file=lambda files: with_json_file_read(files, cfg))
-    return parse_records(raw, cfg, NOW).collect()
+    with tempfile.TemporaryDirectory(prefix="tidemark-landing-") as folder:
+        (Path(folder) / "f.json").write_bytes(text)
+        os.utime(Path(folder) / "f.json", (NOW.timestamp(), NOW.timestamp()))
+        raw = json_lines(spark.read, cfg, folder)
+        return (parse_records(raw, cfg, NOW) if parsed else raw).collect()
+
+
+def parse_file(spark, lines, cfg=None):
+    """The lines as one landed JSON file, as the file source reads it."""
+    return file_rows(spark, file_text(lines), cfg)
 
 
 @pytest.fixture(params=["record", "file"])
@@ -441,6 +453,10 @@ OTHER_LINES = (
     '2], "region": "north", "battery": 1, "speed": 1, "partition": 1}',
     '{"device_id": "d3", "region": "x}',
     record() + "\r" + record(device_id="d2"),
+    # joined by commas, an array of two objects with one `}` each; the first alone
+    # is an object with trailing text
+    record() + ', {"device_id": "d2"',
+    '"region": "south"}',
     "",
     "not json",
     "null",
@@ -453,8 +469,8 @@ def outcome(rows):
 
 @settings(max_examples=10, deadline=None)
 @given(st.lists(st.sampled_from(ONE_OBJECT_LINES), min_size=1, max_size=12))
-def test_a_file_read_whole_judges_every_line_as_it_would_alone(spark, lines):
-    """The file source parses a JSON file of one object a line at once; every line
+def test_a_files_lines_of_one_object_each_are_judged_as_each_is_alone(spark, lines):
+    """The file source reads a JSON file's lines as it splits the file; every line
     gets the values, the verdict and the coordinate it gets alone."""
     assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
 
@@ -466,99 +482,134 @@ def test_any_file_judges_every_line_as_it_would_alone(spark, lines):
     assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
 
 
-def test_a_file_of_objects_whose_values_convert_is_read_in_one_parse(spark):
-    """Every line of the file is taken from the one parse (none is read alone), and
-    each keeps the verdict it has alone: missing fields, out-of-range times."""
-    lines = [record(), record(partition=...), "{}", record(ts=10**18), record(battery=None)]
-    cfg = config()
-    files = spark.createDataFrame(
-        [("".join(f"{line}\n" for line in lines), "/landing/f.json", NOW)],
-        "value string, source_file string, ingest_time timestamp",
-    )
-    raw = split_lines(files, has_header=False, read_file=lambda files: with_json_file_read(files, cfg))
-    assert [row.typed is not None for row in raw.collect()] == [True] * len(lines)
+# Text a line may hold (no newline, which ends it): JSON's punctuation, a record's
+# pieces, and characters the byte scan and the byte parser must not be fooled by.
+LINE_TEXT = st.lists(
+    st.sampled_from(
+        [
+            *("{", "}", "[", "]", '"', ":", ",", " ", "\r", "\\", "1", "x", "é", "\ufeff", "\x00", "€", "𝄞"),
+            *(record(), '"device_id": "d1"', '"battery": 1e400', '"ts": 1767225600000'),
+        ]
+    ),
+    max_size=8,
+).map("".join)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(LINE_TEXT.filter(lambda line: not line.endswith("\r")), min_size=1, max_size=6))
+def test_any_text_a_line_holds_is_judged_as_it_is_alone(spark, lines):
+    """The reader's own byte parse and byte scan give every line what Spark's
+    ``from_json`` and the scan of a record alone give it (a line's closing CR is its
+    line end, hence none here)."""
     assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
 
 
-def test_lines_that_only_joined_make_one_object_each_are_read_alone(spark):
-    """Joined by commas these lines are an array of two objects, one ``}`` each, but
-    the first line alone is an object with trailing text: the file's parse would
-    give it the first object, so each line is read alone and the first rejected."""
-    lines = [record() + ', {"device_id": "d2"', '"region": "south"}']
-    cfg = config()
-    files = spark.createDataFrame(
-        [("".join(f"{line}\n" for line in lines), "/landing/f.json", NOW)],
-        "value string, source_file string, ingest_time timestamp",
-    )
-    raw = split_lines(files, has_header=False, read_file=lambda files: with_json_file_read(files, cfg))
-    assert [row.typed for row in raw.collect()] == [None, None]
-    assert [row.reason for row in parse_file(spark, lines)] == ["malformed_record", "malformed_record"]
-
-
-def test_the_file_source_hands_the_parse_each_lines_typed_read(spark, tmp_path):
-    """Guards the cheap path: the landing zone's JSON files reach the parse with the
-    whole file's typed read, so no valid line is parsed on its own."""
-    (tmp_path / "lf.json").write_text(record() + "\n" + record(device_id="d2") + "\n")
-    (tmp_path / "crlf.json").write_text(record() + "\r\n" + record(device_id="d2") + "\r\n")
-    files = spark.read.text(str(tmp_path), wholetext=True).select(*file_columns())
-    lines = landing_records(files, config()).orderBy("source_file", "source_offset").collect()
-    typed = [(r.source_file.rsplit("/", 1)[1], r.raw, r.typed and r.typed.device_id) for r in lines]
-    assert typed == [
-        ("crlf.json", record(), None),  # a CRLF file is read a line at a time
-        ("crlf.json", record(device_id="d2"), None),
-        ("lf.json", record(), "d1"),
-        ("lf.json", record(device_id="d2"), "d2"),
+@settings(max_examples=25, deadline=None)
+@given(st.lists(LINE_TEXT, min_size=1, max_size=6))
+def test_the_readers_byte_scan_is_surely_one_object(spark, lines):
+    """One rule in two places: the scan the reader makes as it splits a file, and
+    :func:`surely_one_object` over the line, for a record that arrives alone."""
+    rows = file_rows(spark, file_text(lines), parsed=False)
+    scanned = spark.createDataFrame([(row.raw,) for row in rows], "raw string")
+    assert [row.one_object for row in rows] == [
+        row.scan for row in scanned.select(surely_one_object(F.col("raw")).alias("scan")).collect()
     ]
 
 
-def test_a_later_stream_start_builds_no_column_of_the_file_source_again(spark, monkeypatch):
-    """Guards the start-up path: the landing zone's columns (the split, the file's
-    typed read) are built on a pipeline's first stream start in a process. A later
-    start makes only its DataFrame operations' JVM calls: 63, against 997 when every
-    column was built again."""
-    cfg = config()
-    files = spark.createDataFrame(
-        [(record() + "\n", "/landing/f.json", NOW)], "value string, source_file string, ingest_time timestamp"
+def test_bytes_that_are_not_utf8_or_begin_with_a_signature_are_read_as_from_json_reads_them(spark, tmp_path):
+    """Jackson reads bytes by their encoding's signature (a byte-order mark, zero
+    bytes) and refuses bad UTF-8; ``from_json``'s character reader does neither. The
+    reader's rows carry what ``from_json`` makes of the text source's lines."""
+    text = b"".join(
+        line + b"\n"
+        for line in [
+            b'{"device_id": "d\xff1", "ts": 5}',  # a byte no UTF-8 character begins with
+            b'\xef\xbb\xbf{"device_id": "d2", "ts": 5}',  # a byte-order mark
+            b'\x00{"device_id": "d3"}',
+            b'{"device_id": "d4", "ts": 5}',
+        ]
     )
-    landing_records(files, cfg)
+    (tmp_path / "f.json").write_bytes(text)
+    cfg = config()
+    read = [(row.raw, row.typed) for row in json_lines(spark.read, cfg, str(tmp_path)).collect()]
+    alone = spark.read.text(str(tmp_path)).select(
+        F.col("value"), F.from_json("value", typed_read_schema(cfg), {"mode": "PERMISSIVE"}).alias("typed")
+    )
+    assert read == [(row.value, row.typed) for row in alone.collect()]
+    assert [typed.device_id for _, typed in read] == ["d\ufffd1", None, None, "d4"]
+
+
+def test_the_reader_numbers_lines_and_takes_off_each_lines_end(spark):
+    text = b'{"a": 1}\r\n\n{"b": 2}\n\r\n{"c": 3}'
+    rows = file_rows(spark, text, parsed=False)
+    assert [(row.raw, row.source_offset, row.one_object) for row in rows] == [
+        ('{"a": 1}', 1, True),
+        ("", 2, False),
+        ('{"b": 2}', 3, True),
+        ("", 4, False),
+        ('{"c": 3}', 5, True),
+    ]
+    assert [row.raw for row in file_rows(spark, b"\n", parsed=False)] == [""]
+    assert file_rows(spark, b"", parsed=False) == []
+
+
+def test_the_file_source_hands_the_parse_each_lines_typed_read(spark, tmp_path):
+    """Guards the cheap path: the landing zone's JSON lines reach the parse typed and
+    scanned, so no line is read by ``from_json`` again (a record alone is: once more)."""
+    (tmp_path / "lf.json").write_text(record() + "\n" + record(device_id="d2") + "\n")
+    (tmp_path / "crlf.json").write_text(record() + "\r\n" + record(device_id="d2") + "\r\n")
+    cfg = config()
+    raw = json_lines(spark.read, cfg, str(tmp_path))
+    lines = raw.orderBy("source_file", "source_offset").collect()
+    typed = [(r.source_file.rsplit("/", 1)[1], r.raw, r.one_object, r.typed.device_id) for r in lines]
+    assert typed == [
+        ("crlf.json", record(), True, "d1"),
+        ("crlf.json", record(device_id="d2"), True, "d2"),
+        ("lf.json", record(), True, "d1"),
+        ("lf.json", record(device_id="d2"), True, "d2"),
+    ]
+
+    def parses(frame):
+        return (
+            parse_records(frame, cfg, NOW)
+            ._jdf.queryExecution()
+            .optimizedPlan()
+            .toString()
+            .count("from_json(")
+        )
+
+    assert parses(raw) + 1 == parses(raw_records(spark, [record()]))
+
+
+def test_a_later_stream_start_builds_no_column_of_the_file_source_again(spark, tmp_path, monkeypatch):
+    """Guards the start-up path: the landing zone's columns are built on a pipeline's
+    first stream start in a process. A later start makes only its DataFrame
+    operations' JVM calls: 63, against 997 when every column was built again."""
+    cfg = config()
+    read_landing(spark, cfg, str(tmp_path))
     calls = []
     send = ClientServerConnection.send_command
     monkeypatch.setattr(
         ClientServerConnection, "send_command", lambda self, command: calls.append(1) or send(self, command)
     )
-    landing_records(files, cfg)
+    read_landing(spark, cfg, str(tmp_path))
     assert 0 < len(calls) < 100
 
 
-def test_the_text_path_scans_no_line_the_fast_path_took(spark):
+def test_the_text_path_scans_no_line_the_fast_path_took(spark, tmp_path):
     """Guards bronze's hot path: the text path's test that a line is one value (a
     scan for a `]`, then a read as an object's member) sits behind the slow path's
     guard. A fast record has no elements, and the null their size gives does not stop
     an AND: unguarded, every line of every file was scanned (2-3 % of bronze's time)."""
     cfg = config()
-    files = spark.createDataFrame(
-        [(record() + "\n", "/landing/f.json", NOW)], "value string, source_file string, ingest_time timestamp"
-    )
-    raw = split_lines(files, has_header=False, read_file=lambda files: with_json_file_read(files, cfg))
+    (tmp_path / "f.json").write_text(record() + "\n")
+    raw = json_lines(spark.read, cfg, str(tmp_path))
     plan = parse_records(raw, cfg, NOW)._jdf.queryExecution().optimizedPlan().toString()
     scans = re.findall(r"Contains\(raw#\d+, \]\)", plan)
     guarded = re.findall(
         r"CASE WHEN \(NOT fast#\d+ AND \(\(size\(elements#\d+, false\) = 1\) AND \(NOT Contains\(raw#", plan
     )
     assert len(scans) == len(guarded) == 1
-
-
-def test_where_a_failed_value_would_be_skipped_each_line_is_read_alone(spark, tmp_path):
-    """Spark skips a value that does not convert inside an array when partial JSON
-    results are on, keeping a duplicate key's earlier value: then no file is read whole."""
-    (tmp_path / "a.json").write_text(record() + "\n")
-    files = spark.read.text(str(tmp_path), wholetext=True).select(*file_columns())
-    spark.conf.set(PARTIAL_JSON_RESULTS, "true")
-    try:
-        [line] = landing_records(files, config()).collect()
-    finally:
-        spark.conf.set(PARTIAL_JSON_RESULTS, "false")
-    assert (line.raw, line.typed) == (record(), None)
 
 
 def test_a_zone_unknown_to_sparks_java_runtime_is_refused_before_any_table(spark, tmp_path):

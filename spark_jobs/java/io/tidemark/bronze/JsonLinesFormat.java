@@ -1,0 +1,258 @@
+package io.tidemark.bronze;
+
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonParser;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.Serializable;
+import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
+import java.util.Arrays;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.mapreduce.Job;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.json.CreateJacksonParser;
+import org.apache.spark.sql.catalyst.json.JSONOptions;
+import org.apache.spark.sql.catalyst.json.JacksonParser;
+import org.apache.spark.sql.catalyst.util.FailureSafeParser;
+import org.apache.spark.sql.catalyst.util.PermissiveMode$;
+import org.apache.spark.sql.execution.datasources.FileFormat;
+import org.apache.spark.sql.execution.datasources.OutputWriterFactory;
+import org.apache.spark.sql.execution.datasources.PartitionedFile;
+import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+import org.apache.spark.util.SerializableConfiguration;
+import scala.Option;
+import scala.collection.AbstractIterator;
+import scala.collection.Iterable;
+import scala.collection.Iterator;
+import scala.collection.immutable.Map;
+import scala.collection.immutable.Seq;
+import scala.runtime.AbstractFunction1;
+import scala.runtime.AbstractFunction2;
+
+/**
+ * A JSON-lines file as bronze reads it: one row a line, in one pass over the file's bytes.
+ *
+ * <p>Columns (any subset, in any order, as the reader's schema names them): {@code raw}, the
+ * line without its line end; {@code source_offset}, its 1-based line number; {@code one_object},
+ * the byte scan's verdict that the line, if it parses as an object, is that object and nothing
+ * else (it begins with {@code {} and its only {@code }} is its last byte:
+ * {@code spark_jobs.transforms.parse.surely_one_object} states the same rule for a record that
+ * arrives alone); {@code typed}, a struct: the line read by Spark's {@code from_json} at that
+ * struct's types, PERMISSIVE, a line that does not parse flagged in its {@code _corrupt_record}.
+ *
+ * <p>Why not Spark's own sources: the text source gives no line numbers unless a file is read
+ * whole and split in Spark, and {@code from_json} decodes every value through a character reader;
+ * the JSON source skips blank lines and gives no raw text. Here a line that is valid UTF-8 and
+ * begins with {@code {} is handed to Jackson as bytes (as the JSON source does); any other goes
+ * through {@code from_json}'s own character reader, so every line gets {@code from_json}'s answer.
+ * A trailing newline ends the last line; it does not start an empty one.
+ */
+public final class JsonLinesFormat implements FileFormat, Serializable {
+  private static final long serialVersionUID = 1L;
+  static final String CORRUPT = "_corrupt_record";
+
+  @Override
+  public Option<StructType> inferSchema(SparkSession spark, Map<String, String> options, Seq<FileStatus> files) {
+    return Option.empty(); // the reader names its columns
+  }
+
+  @Override
+  public OutputWriterFactory prepareWrite(
+      SparkSession spark, Job job, Map<String, String> options, StructType schema) {
+    throw new UnsupportedOperationException("Tidemark's JSON-lines format is read-only");
+  }
+
+  @Override
+  public scala.Function1<PartitionedFile, Iterator<InternalRow>> buildReader(
+      SparkSession spark,
+      StructType dataSchema,
+      StructType partitionSchema,
+      StructType requiredSchema,
+      Seq<Filter> filters,
+      Map<String, String> options,
+      Configuration hadoopConf) {
+    return new FileReader(
+        requiredSchema,
+        spark.sessionState().conf().sessionLocalTimeZone(),
+        new SerializableConfiguration(hadoopConf));
+  }
+
+  @Override
+  public String toString() {
+    return "TidemarkJsonLines";
+  }
+
+  /** Reads a whole file (landing files are small) and hands out its lines. */
+  static final class FileReader extends AbstractFunction1<PartitionedFile, Iterator<InternalRow>>
+      implements Serializable {
+    private static final long serialVersionUID = 1L;
+    private final StructType schema;
+    private final String zone;
+    private final SerializableConfiguration conf;
+
+    FileReader(StructType schema, String zone, SerializableConfiguration conf) {
+      this.schema = schema;
+      this.zone = zone;
+      this.conf = conf;
+    }
+
+    @Override
+    public Iterator<InternalRow> apply(PartitionedFile file) {
+      Path path = file.toPath();
+      try {
+        FileSystem fs = path.getFileSystem(conf.value());
+        byte[] bytes = new byte[Math.toIntExact(fs.getFileStatus(path).getLen())];
+        try (InputStream in = fs.open(path)) {
+          for (int at = 0; at < bytes.length; ) {
+            int read = in.read(bytes, at, bytes.length - at);
+            if (read < 0) {
+              throw new IOException(path + " ended before its length: it changed while it was read");
+            }
+            at += read;
+          }
+        }
+        return new Lines(bytes, schema, zone);
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+    }
+  }
+
+  static final class Lines extends AbstractIterator<InternalRow> {
+    private final byte[] bytes;
+    private final int end; // before a trailing newline
+    private final int raw;
+    private final int offset;
+    private final int oneObject;
+    private final int typed;
+    private final GenericInternalRow row;
+    private final FailureSafeParser<UTF8String> parser;
+    private int at = 0;
+    private long line = 0;
+    private boolean done;
+
+    Lines(byte[] bytes, StructType schema, String zone) {
+      this.bytes = bytes;
+      this.end = bytes.length > 0 && bytes[bytes.length - 1] == '\n' ? bytes.length - 1 : bytes.length;
+      this.done = bytes.length == 0;
+      this.raw = index(schema, "raw");
+      this.offset = index(schema, "source_offset");
+      this.oneObject = index(schema, "one_object");
+      this.typed = index(schema, "typed");
+      this.row = new GenericInternalRow(schema.length());
+      this.parser = typed < 0 ? null : fromJson((StructType) schema.fields()[typed].dataType(), zone);
+    }
+
+    private static int index(StructType schema, String name) {
+      StructField[] fields = schema.fields();
+      for (int i = 0; i < fields.length; i++) {
+        if (fields[i].name().equals(name)) {
+          return i;
+        }
+      }
+      return -1;
+    }
+
+    @Override
+    public boolean hasNext() {
+      return !done;
+    }
+
+    @Override
+    public InternalRow next() {
+      int start = at;
+      int stop = start;
+      int closing = 0;
+      while (stop < end && bytes[stop] != '\n') {
+        closing += bytes[stop] == '}' ? 1 : 0;
+        stop++;
+      }
+      at = stop + 1;
+      done = stop >= end;
+      line++;
+      int length = stop > start && bytes[stop - 1] == '\r' ? stop - start - 1 : stop - start;
+      // A view of the file's bytes: the scan's projection copies it into the row.
+      UTF8String text = UTF8String.fromBytes(bytes, start, length);
+      if (raw >= 0) {
+        row.update(raw, text);
+      }
+      if (offset >= 0) {
+        row.setLong(offset, line);
+      }
+      if (oneObject >= 0) {
+        row.setBoolean(
+            oneObject, length > 0 && bytes[start] == '{' && bytes[start + length - 1] == '}' && closing == 1);
+      }
+      if (typed >= 0) {
+        Iterator<InternalRow> read = parser.parse(text);
+        row.update(typed, read.hasNext() ? read.next() : null);
+      }
+      return row;
+    }
+  }
+
+  /** {@code from_json(line, schema, {mode: PERMISSIVE})} as Spark's JsonToStructs builds it. */
+  static FailureSafeParser<UTF8String> fromJson(StructType schema, String zone) {
+    @SuppressWarnings("unchecked")
+    Map<String, String> options =
+        (Map<String, String>)
+            (Object)
+                scala.collection.immutable.Map$.MODULE$
+                    .<String, String>empty()
+                    .updated("mode", "PERMISSIVE")
+                    .updated("columnNameOfCorruptRecord", CORRUPT);
+    JSONOptions json = new JSONOptions(options, zone, CORRUPT);
+    StructType fields =
+        new StructType(
+            Arrays.stream(schema.fields()).filter(f -> !f.name().equals(CORRUPT)).toArray(StructField[]::new));
+    @SuppressWarnings("unchecked")
+    Seq<Filter> noFilters = (Seq<Filter>) (Object) scala.collection.immutable.Nil$.MODULE$;
+    JacksonParser jackson = new JacksonParser(fields, json, false, noFilters);
+    AbstractFunction2<JsonFactory, UTF8String, JsonParser> open = new JacksonOpen();
+    AbstractFunction1<UTF8String, UTF8String> itself =
+        new AbstractFunction1<>() {
+          @Override
+          public UTF8String apply(UTF8String text) {
+            return text;
+          }
+        };
+    AbstractFunction1<UTF8String, Iterable<InternalRow>> parse =
+        new AbstractFunction1<>() {
+          @Override
+          public Iterable<InternalRow> apply(UTF8String text) {
+            return jackson.parse(text, open, itself);
+          }
+        };
+    return new FailureSafeParser<>(parse, PermissiveMode$.MODULE$, schema, CORRUPT);
+  }
+
+  /**
+   * Jackson over a line's bytes where that reads what {@code from_json}'s character reader reads:
+   * valid UTF-8 (the reader would replace a bad byte with U+FFFD) beginning with {@code {} (the
+   * byte parser takes a leading byte-order mark or zero bytes for an encoding's signature).
+   */
+  static final class JacksonOpen extends AbstractFunction2<JsonFactory, UTF8String, JsonParser> {
+    @Override
+    public JsonParser apply(JsonFactory factory, UTF8String text) {
+      if (text.numBytes() > 0 && text.getByte(0) == '{' && text.isValid()) {
+        ByteBuffer buffer = text.getByteBuffer();
+        try {
+          return factory.createParser(
+              buffer.array(), buffer.arrayOffset() + buffer.position(), buffer.remaining());
+        } catch (IOException e) {
+          throw new UncheckedIOException(e);
+        }
+      }
+      return CreateJacksonParser.utf8String(factory, text);
+    }
+  }
+}
