@@ -553,6 +553,18 @@ def test_the_reader_numbers_lines_and_takes_off_each_lines_end(spark):
     assert file_rows(spark, b"", parsed=False) == []
 
 
+def test_the_reader_reads_lines_across_its_buffers_and_longer_than_they_are(spark):
+    """The reader takes a file 64 KiB at a time: lines that straddle two reads, and
+    one longer than a read, come out whole and in order."""
+    long_line = record(device_id="x" * 150_000)
+    lines = [record(device_id=f"d{i}", ts=T0 + i) for i in range(3_000)]
+    lines.insert(1_234, long_line)
+    rows = file_rows(spark, file_text(lines)[:-1], parsed=False)  # the last line has no newline
+    assert [(row.raw, row.source_offset) for row in rows] == [(line, i + 1) for i, line in enumerate(lines)]
+    assert rows[1_234].typed.device_id == "x" * 150_000
+    assert [row.typed.ts for row in rows[-2:]] == [T0 + 2_998, T0 + 2_999]
+
+
 def test_the_file_source_hands_the_parse_each_lines_typed_read(spark, tmp_path):
     """Guards the cheap path: the landing zone's JSON lines reach the parse typed and
     scanned, so no line is read by ``from_json`` again (a record alone is: once more)."""

@@ -10,9 +10,9 @@ import java.nio.ByteBuffer;
 import java.util.Arrays;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
-import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.mapreduce.Job;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
@@ -29,6 +29,7 @@ import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 import org.apache.spark.util.SerializableConfiguration;
+import org.apache.spark.util.TaskCompletionListener;
 import scala.Option;
 import scala.collection.AbstractIterator;
 import scala.collection.Iterable;
@@ -54,7 +55,8 @@ import scala.runtime.AbstractFunction2;
  * the JSON source skips blank lines and gives no raw text. Here a line that is valid UTF-8 and
  * begins with {@code {} is handed to Jackson as bytes (as the JSON source does); any other goes
  * through {@code from_json}'s own character reader, so every line gets {@code from_json}'s answer.
- * A trailing newline ends the last line; it does not start an empty one.
+ * A trailing newline ends the last line; it does not start an empty one. A file is read a buffer at
+ * a time, so a landing file may be larger than a task's memory.
  */
 public final class JsonLinesFormat implements FileFormat, Serializable {
   private static final long serialVersionUID = 1L;
@@ -91,7 +93,7 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
     return "TidemarkJsonLines";
   }
 
-  /** Reads a whole file (landing files are small) and hands out its lines. */
+  /** Opens a file and hands out its lines. */
   static final class FileReader extends AbstractFunction1<PartitionedFile, Iterator<InternalRow>>
       implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -109,41 +111,47 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
     public Iterator<InternalRow> apply(PartitionedFile file) {
       Path path = file.toPath();
       try {
-        FileSystem fs = path.getFileSystem(conf.value());
-        byte[] bytes = new byte[Math.toIntExact(fs.getFileStatus(path).getLen())];
-        try (InputStream in = fs.open(path)) {
-          for (int at = 0; at < bytes.length; ) {
-            int read = in.read(bytes, at, bytes.length - at);
-            if (read < 0) {
-              throw new IOException(path + " ended before its length: it changed while it was read");
-            }
-            at += read;
-          }
+        InputStream in = path.getFileSystem(conf.value()).open(path);
+        TaskContext task = TaskContext.get();
+        if (task != null) {
+          task.addTaskCompletionListener((TaskCompletionListener) context -> closeQuietly(in));
         }
-        return new Lines(bytes, schema, zone);
+        return new Lines(in, schema, zone);
       } catch (IOException e) {
         throw new UncheckedIOException(e);
       }
     }
   }
 
+  static void closeQuietly(InputStream in) {
+    try {
+      in.close();
+    } catch (IOException e) {
+      // the file was read to its end, or its task failed already
+    }
+  }
+
+  /**
+   * A file's lines, read a buffer at a time: a whole landing file in one array (megabytes) is a
+   * humongous object to G1, and each one started a concurrent marking cycle beside the tasks.
+   */
   static final class Lines extends AbstractIterator<InternalRow> {
-    private final byte[] bytes;
-    private final int end; // before a trailing newline
+    private static final int BUFFER = 64 * 1024;
+    private final InputStream in;
+    private byte[] bytes = new byte[BUFFER];
+    private int start = 0; // the unread bytes are bytes[start, filled)
+    private int filled = 0;
+    private boolean ended = false;
     private final int raw;
     private final int offset;
     private final int oneObject;
     private final int typed;
     private final GenericInternalRow row;
     private final FailureSafeParser<UTF8String> parser;
-    private int at = 0;
     private long line = 0;
-    private boolean done;
 
-    Lines(byte[] bytes, StructType schema, String zone) {
-      this.bytes = bytes;
-      this.end = bytes.length > 0 && bytes[bytes.length - 1] == '\n' ? bytes.length - 1 : bytes.length;
-      this.done = bytes.length == 0;
+    Lines(InputStream in, StructType schema, String zone) {
+      this.in = in;
       this.raw = index(schema, "raw");
       this.offset = index(schema, "source_offset");
       this.oneObject = index(schema, "one_object");
@@ -162,26 +170,64 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
       return -1;
     }
 
+    /** Reads more of the file behind the unread bytes; false at its end. */
+    private boolean more() {
+      if (ended) {
+        return false;
+      }
+      if (start > 0) {
+        System.arraycopy(bytes, start, bytes, 0, filled - start);
+        filled -= start;
+        start = 0;
+      }
+      if (filled == bytes.length) {
+        bytes = Arrays.copyOf(bytes, bytes.length * 2); // a line longer than the buffer
+      }
+      try {
+        int read = in.read(bytes, filled, bytes.length - filled);
+        if (read < 0) {
+          ended = true;
+          in.close();
+          return false;
+        }
+        filled += read;
+        return true;
+      } catch (IOException e) {
+        throw new UncheckedIOException(e);
+      }
+    }
+
+    // A trailing newline ends the last line: no bytes after it, no line.
     @Override
     public boolean hasNext() {
-      return !done;
+      return start < filled || more();
     }
 
     @Override
     public InternalRow next() {
-      int start = at;
       int stop = start;
       int closing = 0;
-      while (stop < end && bytes[stop] != '\n') {
-        closing += bytes[stop] == '}' ? 1 : 0;
-        stop++;
+      while (true) {
+        while (stop < filled && bytes[stop] != '\n') {
+          closing += bytes[stop] == '}' ? 1 : 0;
+          stop++;
+        }
+        if (stop < filled) {
+          break;
+        }
+        int scanned = stop - start;
+        boolean read = more();
+        stop = start + scanned; // more() moves the unread bytes to the buffer's start
+        if (!read) {
+          break; // the last line, with no newline after it
+        }
       }
-      at = stop + 1;
-      done = stop >= end;
-      line++;
       int length = stop > start && bytes[stop - 1] == '\r' ? stop - start - 1 : stop - start;
-      // A view of the file's bytes: the scan's projection copies it into the row.
+      // A view of the buffer: the scan's projection copies it into the row before the next line.
       UTF8String text = UTF8String.fromBytes(bytes, start, length);
+      int first = start;
+      start = Math.min(stop + 1, filled);
+      line++;
       if (raw >= 0) {
         row.update(raw, text);
       }
@@ -190,7 +236,7 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
       }
       if (oneObject >= 0) {
         row.setBoolean(
-            oneObject, length > 0 && bytes[start] == '{' && bytes[start + length - 1] == '}' && closing == 1);
+            oneObject, length > 0 && bytes[first] == '{' && bytes[first + length - 1] == '}' && closing == 1);
       }
       if (typed >= 0) {
         Iterator<InternalRow> read = parser.parse(text);
