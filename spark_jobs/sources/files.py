@@ -7,8 +7,9 @@ at the schema's types in one pass over its bytes; a CSV file is read whole
 (``wholetext``) and split into lines in Spark. ``ingest_time`` is the file's
 arrival (modification) time. Files named
 with a leading ``.`` or ``_`` are ignored by Spark, so writers land a file under
-a hidden name and rename it when complete. A CSV file's first line is its header.
-Landing files should stay well below the memory of one task (tens of MB).
+a hidden name and rename it when complete. A CSV file's first line is its header;
+a CSV file should stay well below the memory of one task (tens of MB), a JSON-lines
+file is read a buffer at a time.
 """
 
 from __future__ import annotations

@@ -441,6 +441,10 @@ ONE_OBJECT_LINES = (
     record(ts="1767225600000"),
     record(ts=10**18),
     record(ts=int(NOW.timestamp() * 1000) + 3_600_001),
+    # numbers where the schema has text: Spark's parser gives a string field the
+    # number's text (1.50, 1e2 written as the parser writes them)
+    record(device_id=115404, region=1.50),
+    record()[:-1] + ', "region": 1e2}',
     "{}",
 )
 # and lines the byte scan does not vouch for, including ones that would misalign a

@@ -2,6 +2,7 @@ package io.tidemark.bronze;
 
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
+import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.Serializable;
@@ -53,8 +54,9 @@ import scala.runtime.AbstractFunction2;
  * <p>Why not Spark's own sources: the text source gives no line numbers unless a file is read
  * whole and split in Spark, and {@code from_json} decodes every value through a character reader;
  * the JSON source skips blank lines and gives no raw text. Here a line that is valid UTF-8 and
- * begins with {@code {} is handed to Jackson as bytes (as the JSON source does); any other goes
- * through {@code from_json}'s own character reader, so every line gets {@code from_json}'s answer.
+ * begins with {@code {} is handed to Jackson as bytes (as the JSON source does, but as a stream:
+ * {@link JacksonOpen}); any other goes through {@code from_json}'s own character reader, so every
+ * line gets {@code from_json}'s answer.
  * A trailing newline ends the last line; it does not start an empty one. A file is read a buffer at
  * a time, so a landing file may be larger than a task's memory.
  */
@@ -284,7 +286,10 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
   /**
    * Jackson over a line's bytes where that reads what {@code from_json}'s character reader reads:
    * valid UTF-8 (the reader would replace a bad byte with U+FFFD) beginning with {@code {} (the
-   * byte parser takes a leading byte-order mark or zero bytes for an encoding's signature).
+   * byte parser takes a leading byte-order mark or zero bytes for an encoding's signature). The
+   * bytes come as a stream, not as an array: given an array, Spark's parser cuts a string field's
+   * text out of it by Jackson's offsets (which count from the line, not from the array: another
+   * line's bytes), where from a stream, as from a reader, it writes the field's value out again.
    */
   static final class JacksonOpen extends AbstractFunction2<JsonFactory, UTF8String, JsonParser> {
     @Override
@@ -293,7 +298,8 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
         ByteBuffer buffer = text.getByteBuffer();
         try {
           return factory.createParser(
-              buffer.array(), buffer.arrayOffset() + buffer.position(), buffer.remaining());
+              new ByteArrayInputStream(
+                  buffer.array(), buffer.arrayOffset() + buffer.position(), buffer.remaining()));
         } catch (IOException e) {
           throw new UncheckedIOException(e);
         }
