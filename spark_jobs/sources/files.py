@@ -28,13 +28,17 @@ from spark_jobs.transforms.parse import typed_read_schema
 JSON_LINES = "io.tidemark.bronze.JsonLinesFormat"
 
 
-def file_columns() -> list[Column]:
-    """A landed file as the text source reads it whole: its text and where and when it landed."""
+def landing_columns() -> list[Column]:
+    """Where and when a landed file landed, from any file source's metadata."""
     return [
-        F.col("value"),
         F.col("_metadata.file_path").alias("source_file"),
         F.col("_metadata.file_modification_time").alias("ingest_time"),
     ]
+
+
+def file_columns() -> list[Column]:
+    """A landed file as the text source reads it whole: its text and where and when it landed."""
+    return [F.col("value"), *landing_columns()]
 
 
 def ensure_folder(spark: SparkSession, path: str) -> None:
@@ -106,7 +110,7 @@ def _json_lines_columns(config: PipelineConfig) -> tuple[str, list[Column]]:
     return schema, [
         F.col("raw"),
         F.lit(None).cast("string").alias("source_partition"),
-        *file_columns()[1:],
+        *landing_columns(),
         F.col("source_offset"),
         F.lit(None).cast("string").alias("header"),
         F.col("one_object"),
@@ -123,9 +127,8 @@ def json_lines(reader: DataFrameReader | DataStreamReader, config: PipelineConfi
 
 def csv_lines(reader: DataFrameReader | DataStreamReader, path: str) -> DataFrame:
     """The raw records of the CSV files at ``path``, each with its file's header."""
-    return split_lines(
-        reader.format("text").option("wholetext", "true").load(path).select(*file_columns()), True
-    )
+    files = reader.format("text").option("wholetext", "true").load(path).select(*file_columns())
+    return split_lines(files, has_header=True)
 
 
 def read_landing(spark: SparkSession, config: PipelineConfig, landing_path: str) -> DataFrame:
