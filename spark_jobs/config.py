@@ -87,6 +87,7 @@ RESERVED_COLUMNS = frozenset(
         "elements",
         "header",
         "detail",
+        "written_to",
         "is_marker",
         "window_start_ms",
         "window_end_ms",

@@ -77,12 +77,16 @@ class BronzeBatchWriter(BatchWriter):
         report = self.source_report(batch_id)
         parsed = parse_records(batch, registry.config, now)
         valid = F.col("reason").isNull()
-        written = F.collect_set(F.when(valid, F.col("source_partition"))).alias("partitions")
         columns = registry.bronze.schema.fieldNames()
         # Only what bronze keeps passes the observation (which the optimizer does not
-        # prune through): the raw text would be copied along with every row.
+        # prune through): the raw text would be copied along with every row. The
+        # observation's aggregates run interpreted, so the partition a row writes is
+        # a column of the generated code, not a CASE WHEN the set evaluates a row at a time.
         observed, observation = counted(
-            parsed.select(*columns, "reason"), written, valid=valid, rejected=~valid
+            parsed.select(*columns, "reason", F.when(valid, F.col("source_partition")).alias("written_to")),
+            F.collect_set("written_to").alias("partitions"),
+            valid=valid,
+            rejected=~valid,
         )
         wrote = self.append_once(
             bronze_rows(observed, columns),

@@ -29,9 +29,12 @@ JSON_LINES = "io.tidemark.bronze.JsonLinesFormat"
 
 
 def landing_columns() -> list[Column]:
-    """Where and when a landed file landed, from any file source's metadata."""
+    """Where and when a landed file landed, from any file source's metadata: its path,
+    its name (the path's last segment, as the path spells it; made once a file, where
+    cutting it out of the path was a scan of every row's path) and its arrival."""
     return [
         F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_name").alias("source_name"),
         F.col("_metadata.file_modification_time").alias("ingest_time"),
     ]
 
@@ -64,7 +67,7 @@ class LineSplit:
     def of(cls, has_header: bool) -> LineSplit:
         trailing = (F.col("pos") == F.col("line_count") - 1) & (F.col("line") == "")
         header = without_carriage_return(F.col("header")) if has_header else F.lit(None).cast("string")
-        per_line = ("source_file", "ingest_time")
+        per_line = ("source_file", "source_name", "ingest_time")
         return cls(
             lines=F.split(F.col("value"), "\n", -1),
             per_file={"line_count": F.size("lines"), "header": F.col("lines").getItem(0)},
@@ -77,6 +80,7 @@ class LineSplit:
                 without_carriage_return(F.col("line")).alias("raw"),
                 F.lit(None).cast("string").alias("source_partition"),
                 F.col("source_file"),
+                F.col("source_name"),
                 (F.col("pos") + 1).cast("long").alias("source_offset"),
                 F.col("ingest_time"),
                 header.alias("header"),
@@ -92,9 +96,9 @@ def split_lines(files: DataFrame, has_header: bool) -> DataFrame:
     split = LineSplit.of(has_header)
     # Split once per file and keep only small columns beside the exploded lines:
     # anything that refers to the whole file after the explode is paid per line.
-    arrays = files.select(split.lines.alias("lines"), "source_file", "ingest_time").withColumns(
-        split.per_file
-    )
+    arrays = files.select(
+        split.lines.alias("lines"), "source_file", "source_name", "ingest_time"
+    ).withColumns(split.per_file)
     return arrays.select(*split.exploded).where(split.kept).select(*split.records)
 
 

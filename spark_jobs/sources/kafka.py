@@ -37,6 +37,7 @@ def read_kafka(spark: SparkSession, config: PipelineConfig) -> DataFrame:
         F.col("value").cast("string").alias("raw"),
         F.col("partition").cast("string").alias("source_partition"),
         F.lit(None).cast("string").alias("source_file"),
+        F.lit(None).cast("string").alias("source_name"),
         F.col("offset").alias("source_offset"),
         F.col("timestamp").alias("ingest_time"),
     )

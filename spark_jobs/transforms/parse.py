@@ -2,7 +2,8 @@
 
 Input (from a source reader): ``raw`` (the record's text), ``source_partition``
 (Kafka's partition, or null for files: then taken from the payload's partition
-column), ``source_file``, ``source_offset``, ``ingest_time``, for CSV
+column), ``source_file`` and ``source_name`` (a file's path and name, null for
+Kafka), ``source_offset``, ``ingest_time``, for CSV
 ``header`` (the file's first line), and, from a JSON file, ``typed`` and
 ``one_object``: the line's typed read and byte scan (:func:`surely_one_object`),
 made by the landing zone's reader as it splits the file into lines.
@@ -331,9 +332,7 @@ class RecordParse:
         if partition is not None and config.source.kind == "files":
             checks.append(("missing_partition", ~fields[partition].present, F.lit(f"{partition} is missing")))
 
-        origin = F.coalesce(
-            F.substring_index(F.col("source_file"), "/", -1), F.lit(config.source.topic or "")
-        )
+        origin = F.coalesce(F.col("source_name"), F.lit(config.source.topic or ""))
         source_partition = F.coalesce(
             F.col("source_partition"), typed[partition].cast("string") if partition else F.lit(None)
         )

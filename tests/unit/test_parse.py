@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from spark_jobs.config import ConfigError, parse_pipeline
 from spark_jobs.jobs import bronze
 from spark_jobs.jobs.common import JobContext
-from spark_jobs.sources.files import json_lines, read_landing, split_lines
+from spark_jobs.sources.files import csv_lines, json_lines, read_landing, split_lines
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.parse import parse_records, surely_one_object, typed_read_schema
 from tests.generated_code import classes_compiled, expressions_compiled
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.spark
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 RAW_SCHEMA = (
-    "raw string, source_partition string, source_file string, "
+    "raw string, source_partition string, source_file string, source_name string, "
     "source_offset long, ingest_time timestamp, header string"
 )
 
@@ -55,7 +55,10 @@ def record(**overrides):
 
 def raw_records(spark, lines, source_partition=None):
     """Each line a record of its own, as a Kafka source gives them."""
-    rows = [(line, source_partition, "/landing/f.json", i + 1, NOW, None) for i, line in enumerate(lines)]
+    rows = [
+        (line, source_partition, "/landing/f.json", "f.json", i + 1, NOW, None)
+        for i, line in enumerate(lines)
+    ]
     return spark.createDataFrame(rows, RAW_SCHEMA)
 
 
@@ -67,14 +70,16 @@ def file_text(lines) -> bytes:
     return "".join(f"{line}\n" for line in lines).encode()
 
 
-def file_rows(spark, text: bytes, cfg=None, parsed=True):
-    """The rows the file source's reader gives a landed JSON-lines file f.json holding
-    ``text``, landed at NOW: its raw records, or (``parsed``) their parse."""
+def file_rows(spark, text: bytes, cfg=None, parsed=True, name="f.json"):
+    """The rows the file source's reader gives a landed file ``name`` (JSON lines, or CSV
+    as the pipeline says) holding ``text``, landed at NOW: its raw records, or
+    (``parsed``) their parse."""
     cfg = cfg or config()
     with tempfile.TemporaryDirectory(prefix="tidemark-landing-") as folder:
-        (Path(folder) / "f.json").write_bytes(text)
-        os.utime(Path(folder) / "f.json", (NOW.timestamp(), NOW.timestamp()))
-        raw = json_lines(spark.read, cfg, folder)
+        (Path(folder) / name).write_bytes(text)
+        os.utime(Path(folder) / name, (NOW.timestamp(), NOW.timestamp()))
+        csv = cfg.source.format == "csv"
+        raw = csv_lines(spark.read, folder) if csv else json_lines(spark.read, cfg, folder)
         return (parse_records(raw, cfg, NOW) if parsed else raw).collect()
 
 
@@ -126,6 +131,23 @@ def test_event_ids_are_deterministic_and_distinct_per_coordinate(spark):
     first = [r.event_id for r in parse(spark, [record(), record()])]
     again = [r.event_id for r in parse(spark, [record(), record()])]
     assert first == again and len(set(first)) == 2
+
+
+@pytest.mark.parametrize(
+    ("form", "lines", "line_numbers"),
+    [
+        ("json", [record(), record()], [1, 2]),
+        ("csv", ["device_id,ts,region,battery,speed,partition", f"d1,{T0},north,80.5,3.0,2"], [2]),
+    ],
+)
+def test_a_landed_records_event_id_names_its_file_as_the_files_path_spells_it(
+    spark, form, lines, line_numbers
+):
+    cfg = config(source={"kind": "files", "path": "landing/t", "format": form})
+    rows = file_rows(spark, file_text(lines), cfg, name=f"a day%20ü.{form}")
+    spelled = f"a%20day%2520ü.{form}"  # the name as the last segment of source_file
+    assert [r.event_id for r in rows] == [f"{spelled}:{line}" for line in line_numbers]
+    assert all(r.source_file.endswith(f"/{spelled}") for r in rows)
 
 
 def test_kafka_partition_wins_over_the_payload_partition_column(spark):
@@ -380,9 +402,17 @@ def test_csv_records_are_parsed_by_position_and_wrong_field_counts_are_malformed
     cfg = config(source={"kind": "files", "path": "landing/t", "format": "csv"})
     header = "device_id,ts,region,battery,speed,partition"
     rows = [
-        (f"d1,{T0},north,80.5,3.0,2", None, "/l/f.csv", 2, NOW, header),
-        ("d1,1,north,80.5,3.0,2,extra", None, "/l/f.csv", 3, NOW, header),
-        (f"d1,{T0},north,80.5,3.0,2", None, "/l/g.csv", 2, NOW, "id,time,where,battery,speed,partition"),
+        (f"d1,{T0},north,80.5,3.0,2", None, "/l/f.csv", "f.csv", 2, NOW, header),
+        ("d1,1,north,80.5,3.0,2,extra", None, "/l/f.csv", "f.csv", 3, NOW, header),
+        (
+            f"d1,{T0},north,80.5,3.0,2",
+            None,
+            "/l/g.csv",
+            "g.csv",
+            2,
+            NOW,
+            "id,time,where,battery,speed,partition",
+        ),
     ]
     raw = spark.createDataFrame(
         rows,
@@ -400,7 +430,7 @@ def test_csv_quotes_are_rfc_4180_as_python_writes_them(spark):
     values = ['say "hi"', T0, '"', 1.5, 2.5, 3]
     out = io.StringIO()
     csv.writer(out, lineterminator="").writerow(values)
-    raw = spark.createDataFrame([(out.getvalue(), None, "/l/f.csv", 2, NOW, header)], RAW_SCHEMA)
+    raw = spark.createDataFrame([(out.getvalue(), None, "/l/f.csv", "f.csv", 2, NOW, header)], RAW_SCHEMA)
     [row] = parse_records(raw, cfg, NOW).collect()
     assert (row.reason, row.device_id, row.region) == (None, 'say "hi"', '"')
 
@@ -411,15 +441,17 @@ def test_a_csv_field_that_begins_with_a_byte_order_mark_keeps_it(spark):
     cfg = config(source={"kind": "files", "path": "landing/t", "format": "csv"})
     header = "device_id,ts,region,battery,speed,partition"
     lines = [f"\ufeff,{T0},north,1.5,2.5,3", f"\ufeffd1,{T0},north,1.5,2.5,3"]
-    raw = spark.createDataFrame([(line, None, "/l/f.csv", 2, NOW, header) for line in lines], RAW_SCHEMA)
+    raw = spark.createDataFrame(
+        [(line, None, "/l/f.csv", "f.csv", 2, NOW, header) for line in lines], RAW_SCHEMA
+    )
     parsed = parse_records(raw, cfg, NOW).collect()
     assert [(row.reason, row.device_id) for row in parsed] == [(None, "\ufeff"), (None, "\ufeffd1")]
 
 
 def test_split_lines_numbers_lines_and_ignores_only_the_trailing_newline(spark):
     files = spark.createDataFrame(
-        [("a\r\n\nb\n", "/l/one.json", NOW), ("h\nx", "/l/two.csv", NOW)],
-        "value string, source_file string, ingest_time timestamp",
+        [("a\r\n\nb\n", "/l/one.json", "one.json", NOW), ("h\nx", "/l/two.csv", "two.csv", NOW)],
+        "value string, source_file string, source_name string, ingest_time timestamp",
     )
     rows = split_lines(files.where("source_file like '%json'"), has_header=False).collect()
     assert [(r.raw, r.source_offset) for r in rows] == [("a", 1), ("", 2), ("b", 3)]

@@ -149,6 +149,7 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
     private final int oneObject;
     private final int typed;
     private final GenericInternalRow row;
+    private final JacksonOpen open = new JacksonOpen();
     private final FailureSafeParser<UTF8String> parser;
     private long line = 0;
 
@@ -159,7 +160,7 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
       this.oneObject = index(schema, "one_object");
       this.typed = index(schema, "typed");
       this.row = new GenericInternalRow(schema.length());
-      this.parser = typed < 0 ? null : fromJson((StructType) schema.fields()[typed].dataType(), zone);
+      this.parser = typed < 0 ? null : fromJson((StructType) schema.fields()[typed].dataType(), zone, open);
     }
 
     private static int index(StructType schema, String name) {
@@ -209,9 +210,11 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
     public InternalRow next() {
       int stop = start;
       int closing = 0;
+      int highBits = 0; // negative once a byte is not ASCII
       while (true) {
         while (stop < filled && bytes[stop] != '\n') {
           closing += bytes[stop] == '}' ? 1 : 0;
+          highBits |= bytes[stop];
           stop++;
         }
         if (stop < filled) {
@@ -241,6 +244,7 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
             oneObject, length > 0 && bytes[first] == '{' && bytes[first + length - 1] == '}' && closing == 1);
       }
       if (typed >= 0) {
+        open.ascii = highBits >= 0;
         Iterator<InternalRow> read = parser.parse(text);
         row.update(typed, read.hasNext() ? read.next() : null);
       }
@@ -249,7 +253,7 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
   }
 
   /** {@code from_json(line, schema, {mode: PERMISSIVE})} as Spark's JsonToStructs builds it. */
-  static FailureSafeParser<UTF8String> fromJson(StructType schema, String zone) {
+  static FailureSafeParser<UTF8String> fromJson(StructType schema, String zone, JacksonOpen open) {
     @SuppressWarnings("unchecked")
     Map<String, String> options =
         (Map<String, String>)
@@ -265,7 +269,6 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
     @SuppressWarnings("unchecked")
     Seq<Filter> noFilters = (Seq<Filter>) (Object) scala.collection.immutable.Nil$.MODULE$;
     JacksonParser jackson = new JacksonParser(fields, json, false, noFilters);
-    AbstractFunction2<JsonFactory, UTF8String, JsonParser> open = new JacksonOpen();
     AbstractFunction1<UTF8String, UTF8String> itself =
         new AbstractFunction1<>() {
           @Override
@@ -292,9 +295,12 @@ public final class JsonLinesFormat implements FileFormat, Serializable {
    * line's bytes), where from a stream, as from a reader, it writes the field's value out again.
    */
   static final class JacksonOpen extends AbstractFunction2<JsonFactory, UTF8String, JsonParser> {
+    /** The reader's scan found the next line all ASCII, so valid UTF-8 without a second scan. */
+    boolean ascii = false;
+
     @Override
     public JsonParser apply(JsonFactory factory, UTF8String text) {
-      if (text.numBytes() > 0 && text.getByte(0) == '{' && text.isValid()) {
+      if (text.numBytes() > 0 && text.getByte(0) == '{' && (ascii || text.isValid())) {
         ByteBuffer buffer = text.getByteBuffer();
         try {
           return factory.createParser(
