@@ -24,6 +24,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from urllib.parse import unquote
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -74,7 +75,8 @@ def unread_landing_files(spark: SparkSession, registry: TableRegistry) -> dict[s
         return {}
     read = spark.read.format("delta").load(registry.bronze.path)
     names = read.select(F.regexp_extract("source_file", r"[^/]*$", 0).alias("name")).distinct()
-    ingested = {row.name for row in names.collect()}
+    # A path spells a name URL-encoded (a%20day.json); the folder lists it as it is.
+    ingested = {unquote(row.name) for row in names.collect()}
     return {name: at for name, at in landed.items() if name not in ingested}
 
 

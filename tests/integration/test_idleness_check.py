@@ -88,6 +88,9 @@ def test_a_stalled_stream_with_a_backlog_is_reported_and_its_watermark_left_alon
     registry = registry_for(pipeline, lakehouse)
     fleet = generate(FleetSpec(devices=3, partitions=2, seed=4, duration_ms=10 * 60_000))
     write_landing(fleet, landing, 100)
+    # A name a path spells otherwise (URL-encoded: a%20day%2520.json) is still one file.
+    first = sorted(landing.iterdir())[0]
+    first.rename(landing / "a day%20.json")
     landed = len(list(landing.iterdir()))
     time.sleep(1.5)
 
