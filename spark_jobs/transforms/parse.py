@@ -26,7 +26,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig, once_per_pipeline
-from spark_jobs.sql import quote_identifier, with_constants
+from spark_jobs.sql import compiled_from_json, quote_identifier, with_constants
 from spark_jobs.transforms.timestamps import (
     EPOCH_SCALE,
     event_time_millis,
@@ -95,7 +95,7 @@ def _one_value(line: Column, values_in_brackets: Column) -> Column:
     """The line is one JSON value and nothing else: it is the only element of an array
     made by bracketing it. A line may close that array early (``{...}] ...``), which is
     caught by reading it as an object's member too (only lines with a ``]``)."""
-    as_member = F.from_json(F.concat(F.lit('{"r":'), line, F.lit("}")), "r STRUCT<>").getField("r")
+    as_member = compiled_from_json(F.concat(F.lit('{"r":'), line, F.lit("}")), "r STRUCT<>", {}).getField("r")
     return (values_in_brackets == 1) & (~line.contains("]") | as_member.isNotNull())
 
 
@@ -176,7 +176,7 @@ def _parsed_field_steps(
     stamp_ok = [] if millis is None else [in_timestamp_range(millis) & ~_beyond_horizon(millis, horizon)]
     fast = F.coalesce(_all([vouched, *finite, *stamp_ok]), F.lit(False))
     bracketed = F.concat(F.lit("["), line, F.lit("]"))
-    elements = F.from_json(bracketed, f"ARRAY<STRUCT<{_text_schema(config)}>>", PERMISSIVE)
+    elements = compiled_from_json(bracketed, f"ARRAY<STRUCT<{_text_schema(config)}>>", PERMISSIVE)
     # Each its own column, so a parse runs once however often it is referred to, and
     # the text parse only for the records the fast path did not take. A fast record
     # has no elements, but a null size does not stop the AND of _one_value: without

@@ -1,5 +1,6 @@
 """Record parsing and timestamp assignment on tiny inline DataFrames."""
 
+import contextlib
 import csv
 import io
 import json
@@ -21,8 +22,14 @@ from spark_jobs.config import ConfigError, parse_pipeline
 from spark_jobs.jobs import bronze
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.sources.files import csv_lines, json_lines, read_landing, split_lines
+from spark_jobs.sql import compiled_from_json
 from spark_jobs.tables import TableRegistry
-from spark_jobs.transforms.parse import parse_records, surely_one_object, typed_read_schema
+from spark_jobs.transforms.parse import (
+    PERMISSIVE,
+    parse_records,
+    surely_one_object,
+    typed_read_schema,
+)
 from tests.generated_code import classes_compiled, expressions_compiled
 from tests.unit.test_config import PIPELINES
 
@@ -658,6 +665,47 @@ def test_the_text_path_scans_no_line_the_fast_path_took(spark, tmp_path):
         r"CASE WHEN \(NOT fast#\d+ AND \(\(size\(elements#\d+, false\) = 1\) AND \(NOT Contains\(raw#", plan
     )
     assert len(scans) == len(guarded) == 1
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "compiled"])
+@settings(max_examples=15, deadline=None)
+@given(st.lists(LINE_TEXT, min_size=1, max_size=6))
+def test_compiled_from_json_reads_any_text_as_from_json_reads_it(spark, compiled, lines):
+    """The text path's two reads (a bracketed line as an array of text records, a
+    line as an object's member) give what Spark's ``from_json`` gives, nulls and
+    corrupt records included, in interpreted and in compiled code."""
+    reads = [
+        (
+            F.concat(F.lit("["), F.col("line"), F.lit("]")),
+            "ARRAY<STRUCT<device_id STRING, ts STRING>>",
+            PERMISSIVE,
+        ),
+        (F.concat(F.lit('{"r":'), F.col("line"), F.lit("}")), "r STRUCT<>", {}),
+    ]
+    frame = spark.createDataFrame([(line,) for line in [*lines, None]], "line string")
+    with expressions_compiled(spark) if compiled else contextlib.nullcontext():
+        for text, schema, options in reads:
+            pairs = frame.select(
+                F.from_json(text, schema, options).alias("spark"),
+                compiled_from_json(text, schema, options).alias("ours"),
+            ).collect()
+            assert [row.ours for row in pairs] == [row.spark for row in pairs]
+
+
+def test_the_text_paths_reads_leave_every_projection_of_the_parse_compiled(spark, tmp_path):
+    """Guards bronze's hot path: Spark runs ``from_json`` interpreted only, and a
+    projection holding it is left out of whole-stage code generation, so every row of
+    every batch was copied through two projections of their own (7-8 % of bronze)."""
+    cfg = config()
+    (tmp_path / "f.json").write_text(record() + "\n" + record(battery="full") + "\n")
+    raw = json_lines(spark.read, cfg, str(tmp_path))
+    with expressions_compiled(spark):
+        parsed = parse_records(raw, cfg, NOW)
+        assert [row.reason for row in parsed.collect()] == [None, "wrong_type"]
+        plan = parsed._jdf.queryExecution().executedPlan().toString()
+    projections = re.findall(r"^[ :+-]*(\*\(\d+\) )?Project \[", plan, re.MULTILINE)
+    assert projections
+    assert [compiled for compiled in projections if not compiled] == []
 
 
 def test_a_zone_unknown_to_sparks_java_runtime_is_refused_before_any_table(spark, tmp_path):
