@@ -24,7 +24,6 @@ import os
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from urllib.parse import unquote
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -33,9 +32,16 @@ from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
 from spark_jobs.engine.clocks import judged_version
 from spark_jobs.engine.watermark_steps import advance_idle
-from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error, folder_argument
+from spark_jobs.jobs.common import (
+    RunLog,
+    RunTotals,
+    default_checkpoint,
+    exit_on_config_error,
+    folder_argument,
+)
 from spark_jobs.session import build_session
 from spark_jobs.sources import latest_source_report
+from spark_jobs.sources.files import committed_landing_files
 from spark_jobs.sources.kafka import KafkaBacklog, KafkaLatestOffsets, kafka_backlog
 from spark_jobs.sources.progress import DEFAULT_STALL_AFTER
 from spark_jobs.tables import TableRegistry, change_feed, table_version
@@ -66,17 +72,16 @@ def landing_files(folder: str) -> dict[str, datetime]:
     return found
 
 
-def unread_landing_files(spark: SparkSession, registry: TableRegistry) -> dict[str, datetime]:
+def unread_landing_files(
+    spark: SparkSession, registry: TableRegistry, bronze_checkpoint: str
+) -> dict[str, datetime]:
     folder = registry.landing_path
     if registry.config.source.kind != "files" or folder is None or "://" in folder:
         return {}
     landed = landing_files(folder)
     if not landed:
         return {}
-    read = spark.read.format("delta").load(registry.bronze.path)
-    names = read.select(F.regexp_extract("source_file", r"[^/]*$", 0).alias("name")).distinct()
-    # A path spells a name URL-encoded (a%20day.json); the folder lists it as it is.
-    ingested = {unquote(row.name) for row in names.collect()}
+    ingested = committed_landing_files(spark, bronze_checkpoint)
     return {name: at for name, at in landed.items() if name not in ingested}
 
 
@@ -110,7 +115,9 @@ def kafka_backlog_now(spark: SparkSession, registry: TableRegistry) -> KafkaBack
         offsets.close()
 
 
-def inspect(spark: SparkSession, registry: TableRegistry, now: datetime, stall_after_ms: int) -> Health:
+def inspect(
+    spark: SparkSession, registry: TableRegistry, now: datetime, stall_after_ms: int, bronze_checkpoint: str
+) -> Health:
     health = Health()
     try:
         backlog = kafka_backlog_now(spark, registry)
@@ -123,7 +130,7 @@ def inspect(spark: SparkSession, registry: TableRegistry, now: datetime, stall_a
         health.kafka_lag = backlog.lag
         stalled = backlog.stall(now, stall_after_ms)
         health.stalled += [stalled] if stalled else []
-    unread = unread_landing_files(spark, registry)
+    unread = unread_landing_files(spark, registry, bronze_checkpoint)
     health.unread_files = len(unread)
     health.oldest_unread_file = min(unread.values(), default=None)
     health.unjudged_versions, health.oldest_unjudged_version = unjudged_versions(spark, registry)
@@ -157,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     parser.add_argument("--lakehouse", help="lakehouse root (default: $LAKEHOUSE_DIR or ./lakehouse)")
     parser.add_argument(
+        "--bronze-checkpoint",
+        help="bronze's checkpoint folder, for the landing files it has read "
+        "(default: <lakehouse>/_checkpoints/<pipeline>/bronze, as bronze's own default)",
+    )
+    parser.add_argument(
         "--stall-after",
         default=DEFAULT_STALL_AFTER,
         help="a backlog older than this means its stream is stalled: exit 3",
@@ -170,12 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     stall_after_ms = parse_duration(args.stall_after, "--stall-after", allow_zero=False)
     config = load_pipeline(args.pipeline)
     registry = TableRegistry(config, folder_argument(args.lakehouse, "--lakehouse"))
+    bronze_checkpoint = folder_argument(args.bronze_checkpoint, "--bronze-checkpoint")
+    bronze_checkpoint = bronze_checkpoint or default_checkpoint(registry, "bronze")
     spark = build_session(f"tidemark-check-idle-{config.name}")
     registry.create_missing(spark)
     log = RunLog(spark, "check_idle", registry)
     log.started()
     now = datetime.now(UTC)
-    health = inspect(spark, registry, now, stall_after_ms)
+    health = inspect(spark, registry, now, stall_after_ms, bronze_checkpoint)
     # With Kafka's offsets unknown no partition is known to be caught up: no step.
     busy = health.unjudged_versions or health.kafka_unknown
     step = None if busy else advance_idle(spark, registry, now, backlog=health.kafka_lag)

@@ -15,14 +15,17 @@ file is read a buffer at a time.
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote
 
 from pyspark.sql import Column, DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 
 from spark_jobs.config import PipelineConfig, once_per_pipeline
-from spark_jobs.tables import hadoop_file
+from spark_jobs.tables import hadoop_file, read_text
 from spark_jobs.transforms.parse import typed_read_schema
 
 JSON_LINES = "io.tidemark.bronze.JsonLinesFormat"
@@ -143,3 +146,62 @@ def read_landing(spark: SparkSession, config: PipelineConfig, landing_path: str)
     if config.source.format == "csv":
         return csv_lines(reader, landing_path)
     return json_lines(reader, config, landing_path)
+
+
+# A file stream's checkpoint: ``commits/<batch>`` once a micro-batch committed,
+# ``offsets/<batch>`` its sources' offsets (a version line, the batch's metadata, then
+# a line per source: the file source's ``{"logOffset": n}``), and the file source's log
+# ``sources/0``: a file per log offset that took new files, every tenth compacted into
+# ``<n>.compact`` with all entries up to it (the files before it are deleted later).
+COMMITS, OFFSETS, FILE_SOURCE_LOG = "commits", "offsets", "sources/0"
+COMPACT = ".compact"
+
+
+def committed_log_offset(offset_log: str) -> int:
+    """The file source's log offset a micro-batch read up to, from its ``offsets`` file."""
+    return int(json.loads(offset_log.splitlines()[2])["logOffset"])
+
+
+def log_files_up_to(names: Iterable[str], log_offset: int) -> list[str]:
+    """The files of a file source's log that hold every entry up to ``log_offset``:
+    the last compaction at or before it, then one file per log offset after that."""
+    names = set(names)
+    compactions = [int(n.removesuffix(COMPACT)) for n in names if n.removesuffix(COMPACT).isdigit()]
+    compactions = [n for n in compactions if f"{n}{COMPACT}" in names and n <= log_offset]
+    base = max(compactions, default=None)
+    first = 0 if base is None else base + 1
+    later = [str(n) for n in range(first, log_offset + 1) if str(n) in names]
+    return ([] if base is None else [f"{base}{COMPACT}"]) + later
+
+
+def logged_names(log_file: str, log_offset: int) -> set[str]:
+    """The names of the landed files a file source's log file records up to ``log_offset``,
+    as the landing folder lists them (the log spells a path URL-encoded: a%20day.json)."""
+    entries = (json.loads(line) for line in log_file.splitlines()[1:] if line.strip())
+    return {unquote(e["path"].rsplit("/", 1)[-1]) for e in entries if e["batchId"] <= log_offset}
+
+
+def committed_landing_files(spark: SparkSession, checkpoint: str) -> set[str]:
+    """The landed files a file stream with this checkpoint has committed (read and
+    written), by name: its last committed micro-batch's offset into the file source's
+    log, and the log up to it. Files of rejects only, or of no record, count too; and
+    it costs the log's few files, not a read of the table the stream writes."""
+    batches = [int(name) for name in _listed(spark, checkpoint, COMMITS) if name.isdigit()]
+    if not batches:
+        return set()
+    log_offset = committed_log_offset(read_text(spark, checkpoint, OFFSETS, str(max(batches))))
+    return {
+        name
+        for log_file in log_files_up_to(_listed(spark, checkpoint, FILE_SOURCE_LOG), log_offset)
+        for name in logged_names(read_text(spark, checkpoint, FILE_SOURCE_LOG, log_file), log_offset)
+    }
+
+
+def _listed(spark: SparkSession, folder: str, child: str) -> list[str]:
+    """The names in ``folder``/``child``; none when it does not exist."""
+    filesystem, path = hadoop_file(spark, folder, child)
+    return (
+        [status.getPath().getName() for status in filesystem.listStatus(path)]
+        if filesystem.exists(path)
+        else []
+    )

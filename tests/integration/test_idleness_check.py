@@ -91,6 +91,10 @@ def test_a_stalled_stream_with_a_backlog_is_reported_and_its_watermark_left_alon
     # A name a path spells otherwise (URL-encoded: a%20day%2520.json) is still one file.
     first = sorted(landing.iterdir())[0]
     first.rename(landing / "a day%20.json")
+    # Files bronze reads without a row in bronze: one of rejects only, one of nothing.
+    bad_lines = ["not json", '{"device_id": ']
+    (landing / "rejects-only.json").write_text("".join(f"{line}\n" for line in bad_lines))
+    (landing / "empty.json").write_text("")
     landed = len(list(landing.iterdir()))
     time.sleep(1.5)
 
@@ -104,7 +108,7 @@ def test_a_stalled_stream_with_a_backlog_is_reported_and_its_watermark_left_alon
     assert run_here("bronze", pipeline, lakehouse).returncode == 0
     ingested = spark.read.format("delta").load(registry.bronze.path).count()
     rejected = spark.read.format("delta").load(registry.ops["rejects"].path).count()
-    assert ingested + rejected == len(fleet)
+    assert ingested + rejected == len(fleet) + len(bad_lines)
     time.sleep(1.5)
     stalled = check_idle(pipeline, lakehouse, "--stall-after", "1s")
     assert stalled.returncode == STALLED_EXIT
