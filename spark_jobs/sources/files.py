@@ -166,9 +166,10 @@ def log_files_up_to(names: Iterable[str], log_offset: int) -> list[str]:
     """The files of a file source's log that hold every entry up to ``log_offset``:
     the last compaction at or before it, then one file per log offset after that."""
     names = set(names)
-    compactions = [int(n.removesuffix(COMPACT)) for n in names if n.removesuffix(COMPACT).isdigit()]
-    compactions = [n for n in compactions if f"{n}{COMPACT}" in names and n <= log_offset]
-    base = max(compactions, default=None)
+    compactions = (
+        int(n[: -len(COMPACT)]) for n in names if n.endswith(COMPACT) and n[: -len(COMPACT)].isdigit()
+    )
+    base = max((n for n in compactions if n <= log_offset), default=None)
     first = 0 if base is None else base + 1
     later = [str(n) for n in range(first, log_offset + 1) if str(n) in names]
     return ([] if base is None else [f"{base}{COMPACT}"]) + later
