@@ -3,22 +3,21 @@ the files they replace, and commits both at once, so Delta never rebuilds the
 table's state to find what to replace.
 
 A ``replaceWhere`` overwrite asks Delta which files match its predicate, and Delta
-answers from the table's state, rebuilt from the log for every new version
-(measured on 2 cores: 1.0-1.4 s for a thousand rows, against 0.3-0.4 s for an
-append of them). A writer that already knows the files it wrote last (it keeps
-them in memory between its micro-batches) names them here instead, and the
-overwrite costs what an append costs: one job writing the new files, and a
-commit. Only when it does not know them (its first batch, or after another
-writer changed them) does it ask the state, once.
+answers from the table's state, rebuilt from the log for every new version. A
+writer that already knows the files it wrote last (it keeps them in memory between
+its micro-batches) names them here instead, and the overwrite costs what an append
+costs: one job writing the new files, and a commit. Only when it does not know them
+(its first batch, or after another writer changed them) does it ask the state, once.
 
-Conflicts stay Delta's: an overwrite declares it read the whole table, so a
-concurrent commit that changes data fails it with Delta's concurrency exceptions
-(``jobs.common.CONFLICTS``), to be retried from a fresh start; an append reads
-nothing and never conflicts. The commit is a WRITE in the table's history, with
-its mode, predicate and label, and Delta derives its checksum incrementally (a
-``ManualUpdate`` would not). An append through it can carry in its label what
-only writing the files told (an observation's figures), which the commit of a
-DataFrame writer cannot.
+Conflicts stay Delta's, and each writer declares exactly what it read, so that
+writers of disjoint parts of a table never fail each other: a partition writer
+declares its partitions (a concurrent commit that adds or removes files there fails
+it), a file rewrite only the files it replaces (:func:`rewrite_files`), and an
+append nothing. The commit is a WRITE in the table's history, with its mode,
+predicate and label, and Delta derives its checksum incrementally (a
+``ManualUpdate`` would not). An append through it can carry in its label what only
+writing the files told (an observation's figures), which the commit of a DataFrame
+writer cannot.
 """
 
 from __future__ import annotations
@@ -26,15 +25,25 @@ from __future__ import annotations
 import functools
 import json
 import re
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+)
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -52,10 +61,35 @@ from pyspark.sql.types import (
 
 from spark_jobs.jvm import java_class
 from spark_jobs.sql import is_in_sql, quote_identifier
-from spark_jobs.tables import DELTA_LOG, changed_by_others, hadoop_file
+from spark_jobs.tables import (
+    DELTA_LOG,
+    Commit,
+    batch_label,
+    changed_by_others,
+    commits,
+    hadoop_file,
+    table_version,
+)
 
 JavaObject = Any
 SCALA_CONVERTERS = "scala.jdk.javaapi.CollectionConverters"
+Result = TypeVar("Result")
+# Delta's optimistic-concurrency failures: another writer committed first. Each
+# is safe to retry from a fresh snapshot (a txn-guarded write that the other
+# writer already made is then skipped).
+CONFLICTS = (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+)
+# A write that still conflicts after this many attempts, or this long, gives up:
+# retrying against a writer that commits faster than an attempt takes never ends.
+CONFLICT_ATTEMPTS = 8
+CONFLICT_WITHIN_S = 180.0
 
 
 class MissingColumns(ValueError):
@@ -104,14 +138,41 @@ class Transaction:
     def partition_files(self, column: str, values: frozenset[str]) -> list[JavaObject]:
         """The data files of the partitions ``column`` in ``values``: from the checksum's
         list (:meth:`listed_files`), or else from the table's state, which Delta rebuilds
-        from the log for every new version (a Spark job, 0.6 s warm on 2 cores). The
-        caller declares what it read (:meth:`read_whole_table`)."""
+        from the log for every new version (a Spark job). The caller declares what it read
+        (:meth:`read_partitions`, :meth:`read_files`)."""
         listed = self.listed_files()
         if listed is not None:
             return [file for file in listed if partition_value(file, column) in values]
         condition = is_in_sql(column, sorted(values))
         expression = self.spark._jsparkSession.sessionState().sqlParser().parseExpression(condition)
         return self._python_list(self._txn.filterFiles(self._scala_seq([expression]), False))
+
+    def files_where(self, condition: str) -> list[JavaObject]:
+        """The data files at the version read that may hold rows where ``condition`` (SQL)
+        holds, pruned by their partition values and statistics (a Spark job the first
+        time a version's state is needed). Declares no read (:meth:`read_files`)."""
+        resolved = self.frame([]).where(condition)._jdf.queryExecution().analyzed().condition()
+        # Their record counts kept: a rewrite tells how many rows it removed.
+        scan = self._txn.snapshot().filesForScan(self._scala_seq([resolved]), True)
+        return self._python_list(scan.files())
+
+    def read_files(self, files: Sequence[JavaObject]) -> None:
+        """Declare ``files`` read: a concurrent commit that removes one of them fails this
+        one with a Delta conflict. Appends beside them do not: a transaction that declares
+        only the files it rewrites shares nothing else with other writers."""
+        self._txn.trackFilesRead(self._scala_seq(files))
+
+    def read_partitions(self, column: str, values: frozenset[str]) -> None:
+        """Declare the partitions ``column`` in ``values`` read: a concurrent commit that
+        adds a file there fails this one; commits to other partitions do not (Delta's
+        default isolation, Serializable, checks blind appends too)."""
+        expression = (
+            self.spark._jsparkSession.sessionState()
+            .sqlParser()
+            .parseExpression(is_in_sql(column, sorted(values)))
+        )
+        # Partition-only, checked against each concurrent file's partition values.
+        self._txn.trackReadPredicates(self._scala_seq([expression]), True, True)
 
     def frame(self, files: Sequence[JavaObject]) -> DataFrame:
         """The rows of ``files`` (partition columns included), as a DataFrame."""
@@ -189,12 +250,18 @@ class Transaction:
         self._txn.readWholeTable()
 
     def commit_overwrite(
-        self, added: Iterable[JavaObject], replaced: Iterable[JavaObject], predicate: str, label: str
+        self,
+        added: Iterable[JavaObject],
+        replaced: Iterable[JavaObject],
+        predicate: str,
+        label: str,
+        txn: tuple[str, int] | None = None,
     ) -> int:
         """Commit ``added`` files in place of ``replaced`` ones as a WRITE (overwrite
-        where ``predicate``) labelled ``label`` (its userMetadata); returns the version."""
-        removed = (file.remove() for file in replaced)
-        return self._commit_write("Overwrite", [*added, *removed], predicate, label)
+        where ``predicate``) labelled ``label`` (its userMetadata); returns the version.
+        ``txn`` as for :meth:`commit_append`."""
+        removed = [file.remove() for file in replaced]
+        return self._commit_write("Overwrite", self._with_txn([*added, *removed], txn), predicate, label)
 
     def commit_append(
         self, added: Iterable[JavaObject], label: str, txn: tuple[str, int] | None = None
@@ -202,11 +269,13 @@ class Transaction:
         """Commit ``added`` files as a WRITE (append) labelled ``label``; returns the
         version. ``txn`` (app id, version) is recorded as Delta's txnAppId/txnVersion
         record it (see :meth:`has_committed`)."""
-        actions = list(added)
-        if txn is not None:
-            recorded = {"appId": txn[0], "version": txn[1], "lastUpdated": int(time.time() * 1000)}
-            actions.append(self._action({"txn": recorded}))
-        return self._commit_write("Append", actions, None, label)
+        return self._commit_write("Append", self._with_txn(list(added), txn), None, label)
+
+    def _with_txn(self, actions: list[JavaObject], txn: tuple[str, int] | None) -> list[JavaObject]:
+        if txn is None:
+            return actions
+        recorded = {"appId": txn[0], "version": txn[1], "lastUpdated": int(time.time() * 1000)}
+        return [*actions, self._action({"txn": recorded})]
 
     def has_committed(self, app_id: str, version: int) -> bool:
         """Whether the transaction id (``app_id``, ``version``) committed already: from
@@ -333,7 +402,7 @@ class PartitionWriter:
         label: str,
     ) -> int:
         txn = Transaction(spark, self.path)
-        txn.read_whole_table()
+        txn.read_partitions(self.column, self.values)
         kept, self.kept = self.kept, None
         if kept is None or changed_by_others(
             spark, self.path, kept.version, txn.read_version, (self.column, self.values), frozenset()
@@ -341,6 +410,7 @@ class PartitionWriter:
             files = txn.partition_files(self.column, self.values)
         else:
             files = kept.files
+        txn.read_files(files)
         added = new_files(txn, files)
         version = txn.commit_overwrite(added, files, self.predicate, label)
         mine = [file for file in added if partition_value(file, self.column) in self.values]
@@ -452,6 +522,48 @@ def _statistics(columns: dict[str, list[object]], data: StructType) -> dict[str,
     }
 
 
+@dataclass(frozen=True)
+class Rewrite:
+    """A committed :func:`rewrite_files`: its version, and the rows it replaced and wrote."""
+
+    version: int
+    rows_replaced: int
+    rows_written: int
+
+
+def record_count(file: JavaObject) -> int:
+    """The rows of a data file, from its statistics."""
+    return json.loads(file.stats())["numRecords"]
+
+
+def rewrite_files(
+    spark: SparkSession,
+    path: str,
+    condition: str,
+    rows_from: Callable[[DataFrame], DataFrame],
+    label: str,
+    txn: tuple[str, int] | None = None,
+) -> Rewrite | None:
+    """Replace the rows of the files that may hold rows where ``condition`` holds with
+    ``rows_from(their rows)``, in one commit labelled ``label``; returns what it
+    committed, or None when nothing was: the transaction id ``txn`` had committed
+    already, or no file matched and no row was added. Only those files
+    count as read, so writers that append beside them, or rewrite other files, never
+    conflict with it: a concurrent commit fails it only by removing one of its files
+    or, under the same ``txn`` app id, by committing that id. Delta's concurrency
+    exceptions pass (the caller retries from a fresh look)."""
+    transaction = Transaction(spark, path)
+    if txn is not None and transaction.has_committed(*txn):
+        return None
+    files = transaction.files_where(condition)
+    transaction.read_files(files)
+    added = transaction.write(rows_from(transaction.frame(files)))
+    if not files and not added:
+        return None
+    version = transaction.commit_overwrite(added, files, condition, label, txn)
+    return Rewrite(version, sum(map(record_count, files)), sum(map(record_count, added)))
+
+
 def read_latest(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
     """The table's rows at its latest version, and that version: the files its checksum
     lists, read as they are (Delta's read of a version rebuilds the version's state from
@@ -482,3 +594,66 @@ def insert_into_empty(
         written.read_whole_table()
         written.commit_append(written.write(inserts), label, txn)
     return True
+
+
+class ConflictsExhausted(RuntimeError):
+    """A write that kept losing to concurrent writers; the message names them."""
+
+
+def retry_on_conflict(
+    action: Callable[[], Result],
+    what: str,
+    table: tuple[SparkSession, str] | None = None,
+    attempts: int = CONFLICT_ATTEMPTS,
+    within_s: float = CONFLICT_WITHIN_S,
+    pause_s: float = 0.5,
+    owner: str | None = None,
+) -> Result | None:
+    """Run ``action`` (which must build its DataFrames itself, so a retry reads the
+    table anew) until it commits without a Delta conflict; other errors pass. At most
+    ``attempts`` attempts, none started after ``within_s`` seconds: then
+    :class:`ConflictsExhausted`, naming the commits it lost to when ``table``
+    (session, path) is given. A loss to a commit of the stream job ``owner`` (its
+    label, :func:`~spark_jobs.tables.batch_metadata`) ends the retries at once and
+    returns None: that stream owns the work and takes it over."""
+    started = time.monotonic()
+    lost_to: list[Commit] = []
+    for attempt in range(1, attempts + 1):
+        before = table_version(*table) if table else None
+        try:
+            return action()
+        except CONFLICTS as conflict:
+            winners = _commits_after(table, before)
+            lost_to += winners
+            if owner is not None and any(_is_of_job(commit, owner) for commit in winners):
+                print(f"tidemark: {what} handed over to the {owner} stream beside it", file=sys.stderr)
+                return None
+            elapsed = time.monotonic() - started
+            if attempt == attempts or elapsed >= within_s:
+                raise ConflictsExhausted(
+                    f"{what} conflicted with concurrent writers {attempt} times in {elapsed:.0f} s "
+                    f"and gave up; it lost to {_writers(lost_to) or type(conflict).__name__}"
+                ) from conflict
+            print(
+                f"tidemark: {what} conflicted with {_writers(winners) or 'a concurrent writer'} "
+                f"({type(conflict).__name__}); attempt {attempt + 1} of {attempts}",
+                file=sys.stderr,
+            )
+            time.sleep(pause_s * attempt)
+    raise AssertionError("unreachable")
+
+
+def _commits_after(table: tuple[SparkSession, str] | None, version: int | None) -> list[Commit]:
+    if table is None or version is None:
+        return []
+    return commits(*table, version + 1, table_version(*table))
+
+
+def _is_of_job(commit: Commit, job: str) -> bool:
+    found = batch_label(commit.user_metadata)
+    return found is not None and found.job == job
+
+
+def _writers(lost_to: Sequence[Commit]) -> str:
+    """The latest commits of ``lost_to`` and their writers, for a message."""
+    return ", ".join(f"version {commit.version} ({commit.writer()})" for commit in lost_to[-6:])

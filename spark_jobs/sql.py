@@ -48,6 +48,11 @@ def is_in_sql(column: str, values: Iterable[str]) -> str:
     return f"{column} IN ({', '.join(map(string_literal, values))})"
 
 
+def timestamp_literal(moment: datetime) -> str:
+    """A Spark SQL timestamp literal of an aware ``moment``, in UTC to the microsecond."""
+    return f"TIMESTAMP'{moment.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}Z'"
+
+
 def column_of(alias: str, name: str) -> Column:
     """``alias.name`` (a MERGE's ``t``/``s``, a join's side) as a Column."""
     return F.col(f"{alias}.{quote_identifier(name)}")

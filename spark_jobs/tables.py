@@ -610,6 +610,15 @@ class Commit:
     version: int
     timestamp_ms: int
     user_metadata: str | None
+    operation: str = ""
+
+    def writer(self) -> str:
+        """Who made the commit, as its label tells: a stream's job and batch
+        (:func:`batch_metadata`), another writer's own label, or Delta's operation."""
+        batch = batch_label(self.user_metadata)
+        if batch is not None:
+            return f"the {batch.job or 'stream'} stream's batch {batch.batch_id}"
+        return self.user_metadata or self.operation or "an unlabelled commit"
 
 
 def commits(spark: SparkSession, path: str, start: int, end: int) -> list[Commit]:
@@ -625,6 +634,7 @@ def commits(spark: SparkSession, path: str, start: int, end: int) -> list[Commit
                     version_actions._1(),
                     info.timestamp().getTime(),
                     metadata.get() if metadata.isDefined() else None,
+                    info.operation(),
                 )
             )
     return found
@@ -678,9 +688,36 @@ CLOCK_SKEW_MS = 3_600_000
 LOOKBACK_CHUNK = 16
 
 
-def batch_metadata(app_id: str, batch_id: int, entries: dict[str, object]) -> str:
-    """A commit's userMetadata: ``entries`` and the label of batch ``batch_id`` of ``app_id``."""
-    return json.dumps({**entries, BATCH_LABEL: [app_id, batch_id]}, separators=(",", ":"))
+# The userMetadata entry naming the job whose stream wrote a commit.
+JOB_LABEL = "tidemark_job"
+
+
+def batch_metadata(app_id: str, batch_id: int, entries: dict[str, object], job: str | None = None) -> str:
+    """A commit's userMetadata: ``entries`` and the label of batch ``batch_id`` of
+    ``app_id``, the stream of ``job``."""
+    named = {JOB_LABEL: job} if job else {}
+    return json.dumps({**entries, **named, BATCH_LABEL: [app_id, batch_id]}, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class BatchLabel:
+    """What :func:`batch_metadata` wrote into a commit's userMetadata."""
+
+    app_id: str
+    batch_id: int
+    job: str | None
+
+
+def batch_label(label: str | None) -> BatchLabel | None:
+    """The stream batch a commit's userMetadata names (:func:`batch_metadata`), if any."""
+    if not label or BATCH_LABEL not in label:
+        return None
+    try:
+        entries = json.loads(label)
+        app_id, batch_id = entries[BATCH_LABEL]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return BatchLabel(app_id, batch_id, entries.get(JOB_LABEL))
 
 
 def batch_landed(spark: SparkSession, path: str, app_id: str, batch_id: int, born_ms: int) -> bool:
@@ -711,13 +748,9 @@ def _stream_batch(actions: Any, app_id: str) -> tuple[int | None, int | None]:
         if kind == "CommitInfo":
             timestamp_ms = action.timestamp().getTime()
             label = action.userMetadata()
-            if label.isDefined() and BATCH_LABEL in label.get():
-                try:
-                    writer, batch = json.loads(label.get())[BATCH_LABEL]
-                except (ValueError, TypeError, KeyError):
-                    continue
-                if writer == app_id:
-                    found = batch
+            batch = batch_label(label.get()) if label.isDefined() else None
+            if batch is not None and batch.app_id == app_id:
+                found = batch.batch_id
     return found, timestamp_ms
 
 

@@ -15,12 +15,12 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.delta_txn import MissingColumns, Transaction, partition_writer
+from spark_jobs.delta_txn import MissingColumns, Transaction, partition_writer, retry_on_conflict
 from spark_jobs.engine.judging import Summary
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.eventtime.clock_log import ClockState, clock_entry, clock_state, snapshot_version
 from spark_jobs.eventtime.tracker import PartitionInput, WatermarkTracker
-from spark_jobs.jobs.common import delta_txn, retry_on_conflict
+from spark_jobs.jobs.common import delta_txn
 from spark_jobs.sources.progress import (
     SourceProgress,
     known_partitions,

@@ -5,8 +5,6 @@ and the late merge both drive it; neither reaches into the other."""
 
 from __future__ import annotations
 
-import sys
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,12 +14,12 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.delta_txn import insert_into_empty, read_latest
+from spark_jobs.delta_txn import insert_into_empty, read_latest, retry_on_conflict
+from spark_jobs.engine import claims
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.jobs.common import (
     USER_METADATA,
     crash_point,
-    retry_on_conflict,
     session_settings,
     txn_settings,
 )
@@ -317,9 +315,10 @@ def advance_detector(
     changes = state_changes(key, new_last, buffer, arrived, steps.after, spark)
     if merge_state(spark, state_table, key, changes, (f"{txn[0]}:state", txn[1]), now, state.version):
         touched = new_last.select(*key).unionByName(events.select(*key))
-        rederive_keys(
-            spark, registry, touched.unionByName(rewritten_keys(spark, state_table, key, state)), now
-        )
+        stale_keys = touched.unionByName(rewritten_keys(spark, state_table, key, state))
+        # Only another detector's batch makes a re-derivation stale, and each pipeline has one.
+        if rederive_keys(spark, registry, stale_keys, now) is None:
+            raise RuntimeError("another offline detector committed beside this one: run one per pipeline")
     crash_point("offline:state")
     return emitted
 
@@ -333,10 +332,11 @@ def rewritten_keys(spark: SparkSession, state: TableRef, key: Sequence[str], rea
     return after.exceptAll(before).unionByName(before.exceptAll(after)).select(*key)
 
 
-def pending_late_tracks(spark: SparkSession, registry: TableRegistry, in_range: Column) -> DataFrame:
+def pending_late_tracks(spark: SparkSession, registry: TableRegistry, in_range: str) -> DataFrame:
+    """The pending late tracks where ``in_range`` (SQL) holds."""
     _, _, late_table = offline_tables(registry)
     late = spark.read.format("delta").load(late_table.path)
-    return late.where((F.col("status") == "pending") & in_range)
+    return late.where(F.col("status") == claims.PENDING).where(in_range)
 
 
 def handled_tracks(
@@ -355,23 +355,15 @@ def handled_tracks(
     )
 
 
-# How often a re-derivation starts over because the detector committed beside it,
-# pausing a little longer each time: the detector commits in bursts (one batch per
-# watermark step a silver batch took), and a re-derivation that retries at once
-# loses to every commit of the burst.
-REDERIVE_ATTEMPTS = 10
-REDERIVE_PAUSE_S = 0.5
-
-
-def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame, now: datetime) -> int:
+def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame, now: datetime) -> int | None:
     """Recompute the status history and state of ``keys`` from all their handled
     tracks, late ones included: after this, their status events equal a batch
     computation. Idempotent (a recomputation), so a killed merge simply reruns it.
     Events that stay keep the watermark they were detected at; new ones get the
-    detector's current watermark.
-
-    Safe beside the live detector: when it committed between this read of the state
-    and this MERGE, the recomputation used a stale clock and starts over."""
+    detector's current watermark. Returns how many keys it re-derived, or None when
+    a detector batch committed between this read of the state and this MERGE: the
+    recomputation used a stale clock, and the caller tries again or leaves the keys
+    to the detector's stream."""
     offline = registry.config.offline
     assert offline is not None
     key = offline.key
@@ -381,37 +373,54 @@ def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame,
         affected = keys.count()
         if not affected:
             return 0
-        for attempt in range(REDERIVE_ATTEMPTS):
-            time.sleep(REDERIVE_PAUSE_S * attempt)
-            state = read_state(spark, state_table)
-            clock = detector_clock(state.rows)
-            if clock.version < 0:
-                return 0
-            no_last = state.rows.where(F.lit(False)).select(*key, "ts_ms", "status")
-            events, new_last = transitions(
-                no_last,
-                handled_tracks(spark, registry, keys, clock),
-                key,
-                offline.timeout_ms,
-                clock.watermark,
-            )
-            fresh = event_rows(events, key, [clock.watermark], now)
-            replace_events(spark, events_table, key, keys, fresh)
-            changes = last_changes(key, new_last)
-            if not merge_state(spark, state_table, key, changes, None, now, state.version):
-                return affected
-            if attempt + 1 < REDERIVE_ATTEMPTS:
-                print(
-                    f"tidemark: a detector batch committed beside the re-derivation of {affected} keys; "
-                    f"starting over ({attempt + 1} of {REDERIVE_ATTEMPTS - 1})",
-                    file=sys.stderr,
-                )
-        raise RuntimeError(
-            f"the offline detector kept committing during {REDERIVE_ATTEMPTS} re-derivations of "
-            f"{affected} keys; run the merge again"
+        state = read_state(spark, state_table)
+        clock = detector_clock(state.rows)
+        if clock.version < 0:
+            return 0
+        no_last = state.rows.where(F.lit(False)).select(*key, "ts_ms", "status")
+        events, new_last = transitions(
+            no_last,
+            handled_tracks(spark, registry, keys, clock),
+            key,
+            offline.timeout_ms,
+            clock.watermark,
         )
+        fresh = event_rows(events, key, [clock.watermark], now)
+        replace_events(spark, events_table, key, keys, fresh)
+        if merge_state(spark, state_table, key, last_changes(key, new_last), None, now, state.version):
+            return None
+        return affected
     finally:
         keys.unpersist()
+
+
+def fold_claimed_tracks(
+    spark: SparkSession,
+    registry: TableRegistry,
+    now: datetime,
+    label: str,
+    rederived: Callable[[], None],
+) -> tuple[int, int] | None:
+    """Re-derive the keys of every claimed pending late track (:mod:`~spark_jobs.engine.claims`),
+    call ``rederived`` (the caller's crash point), then mark those tracks merged
+    with a commit labelled ``label``. Returns (tracks, keys), or None when a detector
+    batch committed beside the re-derivation and nothing was marked."""
+    _, _, late_table = offline_tables(registry)
+    claimed = spark.read.format("delta").load(late_table.path).where(claims.CLAIMED).persist()
+    try:
+        runs = sorted(row.merge_run_id for row in claimed.select("merge_run_id").distinct().collect())
+        if not runs:
+            return 0, 0
+        tracks = claimed.count()
+        keys = rederive_keys(spark, registry, claimed, now)
+        if keys is None:
+            return None
+        rederived()
+        # The runs read above, not any claimed row: a claim made since was not re-derived.
+        claims.mark_merged(spark, late_table.path, claims.claimed_by(*runs), now, label)
+        return tracks, keys
+    finally:
+        claimed.unpersist()
 
 
 def replace_events(

@@ -12,17 +12,11 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from spark_jobs.delta_txn import insert_into_empty, read_latest
-from spark_jobs.jobs.common import (
-    delta_txn,
-    retry_on_conflict,
-)
+from spark_jobs.delta_txn import insert_into_empty, read_latest, retry_on_conflict
+from spark_jobs.jobs.common import USER_METADATA, session_settings, txn_settings
 from spark_jobs.sql import local_rows, null_safe_match
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.gold import grain_keys, rollup
-
-# The label of gold's commits that are appends (a MERGE's into an empty table).
-GOLD_LABEL = "tidemark-gold"
 
 
 def changed_keys(silver_rows: DataFrame, registry: TableRegistry) -> list[Row]:
@@ -37,11 +31,16 @@ def refresh_gold(
     registry: TableRegistry,
     keys: Sequence[Row],
     now: datetime,
+    label: str,
     txn: tuple[str, int] | None = None,
-) -> int:
+    owner: str | None = None,
+) -> int | None:
     """Recompute the gold rows of ``keys`` (from :func:`changed_keys`) from silver
-    and MERGE them; returns how many keys were refreshed. Both sides of the MERGE
-    are pruned to the keys' grains, so the cost follows the keys, not the tables."""
+    and MERGE them, in a commit labelled ``label``; returns how many keys were
+    refreshed. Both sides of the MERGE are pruned to the keys' grains, so the cost
+    follows the keys, not the tables. With ``owner`` (the gold stream's job), a
+    conflict with a commit of that stream hands the keys over to it and returns
+    None: it follows silver's change feed, so it refreshes them from silver itself."""
     if not keys:
         return 0
     config = registry.config
@@ -50,8 +49,9 @@ def refresh_gold(
     key_schema = StructType([StructField("grain_ms", LongType(), False), *registry.key_fields(gold.group_by)])
     lowest = datetime.fromtimestamp(min(key.grain_ms for key in keys) / 1000, UTC)
     highest = datetime.fromtimestamp((max(key.grain_ms for key in keys) + gold.grain_ms) / 1000, UTC)
+    settings = {USER_METADATA: label, **(txn_settings(*txn) if txn else {})}
 
-    def merge() -> None:
+    def merge() -> int:
         wanted = local_rows(spark, list(keys), key_schema).select(
             F.timestamp_millis("grain_ms").alias("grain_start"), *gold.group_by
         )
@@ -63,8 +63,8 @@ def refresh_gold(
             .join(F.broadcast(wanted), list(columns), "left_semi")
             .withColumn("updated_at", F.lit(now).cast("timestamp"))
         )
-        if insert_into_empty(spark, registry.gold.path, fresh, GOLD_LABEL, txn):
-            return
+        if insert_into_empty(spark, registry.gold.path, fresh, label, txn):
+            return len(keys)
         in_grains = (F.col("t.grain_start") >= F.lit(lowest)) & (F.col("t.grain_start") < F.lit(highest))
         condition = in_grains & null_safe_match(columns)
         statement = (
@@ -74,11 +74,8 @@ def refresh_gold(
             .whenMatchedUpdateAll()
             .whenNotMatchedInsertAll()
         )
-        if txn is None:
+        with session_settings(spark, settings):
             statement.execute()
-        else:
-            with delta_txn(spark, *txn):
-                statement.execute()
+        return len(keys)
 
-    retry_on_conflict(merge, "gold MERGE")
-    return len(keys)
+    return retry_on_conflict(merge, "gold MERGE", (spark, registry.gold.path), owner=owner)

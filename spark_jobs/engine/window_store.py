@@ -14,13 +14,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig, once_per_pipeline
-from spark_jobs.delta_txn import PartitionWriter, partition_writer
+from spark_jobs.delta_txn import PartitionWriter, partition_writer, retry_on_conflict
 from spark_jobs.engine.clocks import VersionClock
-from spark_jobs.jobs.common import retry_on_conflict
-from spark_jobs.sql import column_of, with_constants
+from spark_jobs.sql import column_of, null_safe_match, with_constants
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
 from spark_jobs.transforms.windows import (
+    CLOSED,
     IN_PLAY_STATUSES,
     in_play,
     is_cleaned,
@@ -176,6 +176,37 @@ def fired_windows(in_play_windows: DataFrame, watermark: int, lateness_ms: int, 
             for name in in_play_windows.columns
         )
     )
+
+
+def with_late_partials(
+    closed: DataFrame, partials: DataFrame, config: PipelineConfig, now: datetime
+) -> DataFrame:
+    """Closed windows with the partials (per window and key, from quarantined late
+    pairs) folded in: a window that has one gets revision + 1 and its records counted
+    as late-merged; a window only late records fell in is inserted, closed; the rest
+    are as they were."""
+    window_key = ("window_start", "window_end", *config.key)
+    existed = F.col("t.status").isNotNull()
+    received = F.col("s.record_count").isNotNull()
+    merged, finished = merged_measures(config), finished_measures(config)
+    late = F.coalesce(F.col("s.record_count"), F.lit(0))
+    columns = {
+        **{column: F.coalesce(column_of("t", column), column_of("s", column)) for column in window_key},
+        **{
+            column: F.when(existed & received, merged[column])
+            .when(existed, column_of("t", column))
+            .otherwise(finished[column])
+            for column in merged
+        },
+        "revision": F.when(existed & received, F.col("t.revision") + 1).otherwise(
+            F.coalesce(F.col("t.revision"), F.lit(1))
+        ),
+        "status": F.coalesce(F.col("t.status"), F.lit(CLOSED)),
+        "late_merged_count": F.coalesce(F.col("t.late_merged_count"), F.lit(0)) + late,
+        "updated_at": F.when(received, F.lit(now).cast("timestamp")).otherwise(F.col("t.updated_at")),
+    }
+    joined = closed.alias("t").join(partials.alias("s"), null_safe_match(window_key), "full_outer")
+    return joined.select(*(columns[name].alias(name) for name in closed.columns))
 
 
 def in_play_writer(registry: TableRegistry) -> PartitionWriter:

@@ -18,17 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
 
-from delta.exceptions import (
-    ConcurrentAppendException,
-    ConcurrentDeleteDeleteException,
-    ConcurrentDeleteReadException,
-    ConcurrentTransactionException,
-    ConcurrentWriteException,
-    DeltaConcurrentModificationException,
-    MetadataChangedException,
-)
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -54,23 +44,9 @@ from spark_jobs.tables import (
     read_text,
 )
 
-CONFLICT_ATTEMPTS = 10
 CRASH_AFTER_VARIABLE = "TIDEMARK_CRASH_AFTER"
 CRASH_BY_VARIABLE = "TIDEMARK_CRASH_BY"
 TRACE_WRITES_VARIABLE = "TIDEMARK_TRACE_WRITES"
-# Delta's optimistic-concurrency failures: another writer committed first. Each
-# is safe to retry from a fresh snapshot (a txn-guarded write that the other
-# writer already made is then skipped).
-CONFLICTS = (
-    ConcurrentAppendException,
-    ConcurrentDeleteDeleteException,
-    ConcurrentDeleteReadException,
-    ConcurrentTransactionException,
-    ConcurrentWriteException,
-    DeltaConcurrentModificationException,
-    MetadataChangedException,
-)
-Result = TypeVar("Result")
 
 
 def job_parser(job: str, description: str, examples: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -235,6 +211,11 @@ class BatchWriter:
     def close(self) -> None:
         """What the writer does once its query has stopped (after a failure too)."""
 
+    def label(self, batch_id: int, entries: dict[str, object] | None = None) -> str:
+        """The userMetadata of this stream's commits for batch ``batch_id``: what it
+        writes, which stream and batch wrote it (:func:`~spark_jobs.tables.batch_metadata`)."""
+        return batch_metadata(self.app_id, batch_id, entries or {}, self.context.job)
+
     def follows_completed(self, batch_id: int) -> bool:
         """Whether ``batch_id`` comes right after a batch this writer completed, with
         no failure since: it is new. A batch whose checkpoint entry failed after its
@@ -262,7 +243,7 @@ class BatchWriter:
         txn = Transaction(self.spark, table.path)
         added = txn.write(frame)
         entries = {**(metadata or {}), **(written() if written else {})}
-        txn.commit_append(added, batch_metadata(self.app_id, batch_id, entries))
+        txn.commit_append(added, self.label(batch_id, entries))
         return True
 
     def landed(self, table: TableRef, batch_id: int) -> bool:
@@ -480,27 +461,6 @@ def nothing_to_do(job: str, registry: TableRegistry, section: str) -> int:
     every pipeline, and a missing section is not a failure."""
     print(f"tidemark {job}: pipeline {registry.config.name!r} has no {section} section; nothing to do")
     return 0
-
-
-def retry_on_conflict(
-    action: Callable[[], Result], what: str, attempts: int = CONFLICT_ATTEMPTS, pause_s: float = 0.5
-) -> Result:
-    """Run ``action`` (which must build its DataFrames itself, so a retry reads the
-    table anew) until it commits without a Delta conflict; other errors pass."""
-    attempt = 1
-    while True:
-        try:
-            return action()
-        except CONFLICTS as conflict:
-            if attempt >= attempts:
-                raise
-            print(
-                f"tidemark: {what} conflicted with a concurrent writer "
-                f"({type(conflict).__name__}); retry {attempt} of {attempts - 1}",
-                file=sys.stderr,
-            )
-            time.sleep(pause_s * attempt)
-            attempt += 1
 
 
 class InjectedCrash(RuntimeError):

@@ -43,11 +43,16 @@ class GoldBatchWriter(BatchWriter):
         registry = self.context.registry
         keys = changed_keys(rolled_up(changed_rows(batch)), registry)
         refreshed = refresh_gold(
-            self.spark, registry, keys, datetime.now(UTC), (f"{self.app_id}:gold", batch_id)
+            self.spark,
+            registry,
+            keys,
+            datetime.now(UTC),
+            self.label(batch_id),
+            (f"{self.app_id}:gold", batch_id),
         )
         crash_point("gold:gold")
         self.totals.batches += 1
-        self.totals.rows_out += refreshed
+        self.totals.rows_out += refreshed or 0
 
 
 def stream(spark: SparkSession, context: JobContext) -> Stream | None:

@@ -2,63 +2,67 @@
 ``late_merged_count``) -> gold for the affected keys -> quarantine rows marked
 merged, and the run in ``ops.runs``.
 
-Idempotent and crash-safe. A run first *claims* the pending rows it will merge:
-one UPDATE sets their ``merge_run_id`` and its commit carries the run id as
-user metadata, so the claim's Delta version can be found again. That version is
-the run's txn version: the silver MERGE carries (txnAppId ``merge-late:<p>``,
-claim version), so Delta skips it if it already committed. Gold is recomputed
-from silver (idempotent by construction), then the claimed rows are marked
-merged. A run killed anywhere is finished by the next run, which first looks
-for claimed rows still pending; re-running a finished merge finds nothing
-pending and writes nothing but its ``ops.runs`` row.
+Beside the live streams it always finishes, because it never competes with a
+stream for what the stream writes (DESIGN §4):
 
-Safe beside the streams: silver's quarantine appends are blind appends, which
-never conflict with the claim and mark UPDATEs; conflicting MERGEs are retried
-from a fresh snapshot. Cheap: pending rows are read from their own partition,
-and the silver and gold MERGEs are pruned to the windows and grains the late
-records fall in, so the cost follows the late records, not the table sizes.
+- the claim marks the unclaimed pending rows with the run's id, rewriting only the
+  pending files it read: silver's quarantine appends land beside it, never on it;
+- the silver write rewrites only the closed windows the claimed rows fall in. A
+  window is closed by the very silver commit that sends its first late pair to the
+  quarantine (windows are written before the quarantine), and silver's stream reads
+  and rewrites only open and fired windows;
+- gold belongs to the gold stream, which follows silver's change feed: the merge
+  refreshes the keys it changed itself, unless the gold stream commits beside it,
+  which then refreshes them from the merge's silver commit;
+- offline detection's state belongs to its stream: the merge re-derives the keys of
+  the late tracks it claimed unless a detector batch commits beside it, and then
+  leaves the claim to the stream, which folds claimed tracks in with its next batch.
+
+Idempotent and crash-safe: the claim's Delta version is the run's txn version, so
+the silver write carries (txnAppId ``merge-late:<p>``, claim version) and Delta
+skips it if it already committed. Gold is recomputed from silver, then the claimed
+rows are marked merged. A run killed anywhere is finished by the next run, which
+first looks for claimed rows still pending; re-running a finished merge finds
+nothing pending and writes nothing but its ``ops.runs`` row. Every write gives up
+after a bounded number of conflicts, naming the writers it lost to, and Airflow's
+retry finishes the claim.
 """
 
 from __future__ import annotations
 
 import argparse
-import operator
 import os
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import reduce
 
-from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
-from spark_jobs.engine import detector
+from spark_jobs.delta_txn import ConflictsExhausted, Rewrite, retry_on_conflict, rewrite_files
+from spark_jobs.engine import claims, detector
 from spark_jobs.engine.gold_store import changed_keys, refresh_gold
-from spark_jobs.jobs.common import (
-    USER_METADATA,
-    RunLog,
-    RunTotals,
-    crash_point,
-    delta_txn,
-    exit_on_config_error,
-    folder_argument,
-    retry_on_conflict,
-    session_settings,
-)
+from spark_jobs.engine.window_store import with_late_partials
+from spark_jobs.jobs.common import RunLog, RunTotals, crash_point, exit_on_config_error, folder_argument
 from spark_jobs.session import build_session
-from spark_jobs.sql import column_of, null_safe_match
+from spark_jobs.sql import timestamp_literal
 from spark_jobs.tables import TableRegistry, commits, join, table_version
-from spark_jobs.transforms.aggregates import finished_measures, merged_measures, partial_aggregates
+from spark_jobs.transforms.aggregates import partial_aggregates
 from spark_jobs.transforms.windows import CLOSED
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# A claim's commit is looked for among the quarantine's latest commits first (silver's
-# appends may land between the claim and the look), then in the whole history.
-CLAIM_SEARCH_COMMITS = 50
+# Commits read from the quarantine's log per request when looking for a claim.
+CLAIM_LOOKBACK = 64
+# How long a merge waits for the offline stream to fold in the late tracks it left
+# to it, and how often it looks.
+HANDOVER_WAIT_S = 60.0
+HANDOVER_POLL_S = 1.0
+# Re-derivations of late tracks' keys a merge tries before it gives up.
+REDERIVE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -68,13 +72,14 @@ class TimeRange:
     start: datetime | None = None
     end: datetime | None = None
 
-    def condition(self, column: str = "window_start") -> Column:
-        conditions = [F.lit(True)]
+    def sql(self, column: str = "window_start") -> str:
+        """SQL: ``column`` in the range (literals, so file statistics prune by it)."""
+        conditions = []
         if self.start is not None:
-            conditions.append(F.col(column) >= F.lit(self.start))
+            conditions.append(f"{column} >= {timestamp_literal(self.start)}")
         if self.end is not None:
-            conditions.append(F.col(column) < F.lit(self.end))
-        return reduce(operator.and_, conditions)
+            conditions.append(f"{column} < {timestamp_literal(self.end)}")
+        return " AND ".join(conditions) or "TRUE"
 
     def describe(self) -> str:
         if self.start is None and self.end is None:
@@ -88,16 +93,20 @@ class MergeReport:
     windows: int = 0
     new_windows: int = 0
     gold_keys: int = 0
+    gold_handed_over: bool = False
     late_tracks: int = 0
     status_keys: int = 0
+    tracks_handed_over: bool = False
 
     def add(self, other: MergeReport) -> None:
         self.records += other.records
         self.windows += other.windows
         self.new_windows += other.new_windows
         self.gold_keys += other.gold_keys
+        self.gold_handed_over |= other.gold_handed_over
         self.late_tracks += other.late_tracks
         self.status_keys += other.status_keys
+        self.tracks_handed_over |= other.tracks_handed_over
 
 
 def parse_moment(value: str | None, field: str) -> datetime | None:
@@ -116,54 +125,44 @@ def quarantine(spark: SparkSession, registry: TableRegistry) -> DataFrame:
     return spark.read.format("delta").load(registry.quarantine.path)
 
 
-def pending(spark: SparkSession, registry: TableRegistry) -> DataFrame:
-    return quarantine(spark, registry).where(F.col("status") == "pending")
-
-
 def late_partials(late: DataFrame, registry: TableRegistry) -> DataFrame:
     """Quarantined (record, window) rows -> mergeable partials per (window, key)."""
     config = registry.config
     return late.groupBy("window_start", "window_end", *config.key).agg(*partial_aggregates(config))
 
 
-def window_match(registry: TableRegistry, starts: list[datetime]) -> Column:
-    """The MERGE condition: same window and key, pruned to ``starts`` (literals,
-    so Delta skips the files whose window_start range holds none of them)."""
-    return F.col("t.window_start").isin(starts) & null_safe_match(
-        ("window_start", "window_end", *registry.config.key)
+def step_label(run_id: str, step: str) -> str:
+    """The label of a merge run's commit for ``step``: what its log and a losing writer's error name."""
+    return f"tidemark-merge-late:{run_id}:{step}"
+
+
+def closed_windows_starting(starts: list[datetime]) -> str:
+    """SQL: a closed silver window starting at one of ``starts`` (an equality each, so
+    that file statistics prune by every start, not by their overall range)."""
+    return (
+        f"status = '{CLOSED}' AND ("
+        + " OR ".join(f"window_start = {timestamp_literal(start)}" for start in starts)
+        + ")"
     )
-
-
-def unclaimed(window: TimeRange) -> Column:
-    """Pending quarantine rows in ``window`` that no merge run has claimed."""
-    return (F.col("status") == "pending") & F.col("merge_run_id").isNull() & window.condition()
 
 
 def claim(spark: SparkSession, registry: TableRegistry, run_id: str, window: TimeRange) -> int | None:
     """Mark the unclaimed pending rows in ``window`` as this run's; returns the
     claim's Delta version, or None when there was nothing to claim."""
-
-    def update() -> None:
-        with session_settings(spark, {USER_METADATA: run_id}):
-            DeltaTable.forPath(spark, registry.quarantine.path).update(
-                unclaimed(window), {"merge_run_id": F.lit(run_id)}
-            )
-
-    retry_on_conflict(update, "quarantine claim")
-    recent = claim_version(spark, registry, run_id, CLAIM_SEARCH_COMMITS)
-    return recent if recent is not None else claim_version(spark, registry, run_id)
+    claimed = claims.claim(spark, registry.quarantine.path, run_id, window.sql())
+    return None if claimed is None else claimed.version
 
 
-def claim_version(
-    spark: SparkSession, registry: TableRegistry, run_id: str, latest: int | None = None
-) -> int | None:
-    """The quarantine version whose commit carries ``run_id``: among the ``latest``
-    commits, or (None) the table's whole history. Read from the log on the driver:
-    the table's history is a Spark job."""
+def claim_version(spark: SparkSession, registry: TableRegistry, run_id: str) -> int | None:
+    """The quarantine version whose commit carries ``run_id`` (its claim), looked for
+    from the newest commit back, on the driver (the table's history is a Spark job)."""
     path = registry.quarantine.path
-    newest = table_version(spark, path)
-    oldest = 0 if latest is None else newest - latest + 1
-    return next((c.version for c in commits(spark, path, oldest, newest) if c.user_metadata == run_id), None)
+    for end in range(table_version(spark, path), -1, -CLAIM_LOOKBACK):
+        chunk = commits(spark, path, max(0, end - CLAIM_LOOKBACK + 1), end)
+        labelled = [commit.version for commit in chunk if commit.user_metadata == claims.CLAIM_LABEL + run_id]
+        if labelled:
+            return labelled[-1]
+    return None
 
 
 @dataclass(frozen=True)
@@ -177,8 +176,14 @@ class Claims:
 
 def pending_claims(spark: SparkSession, registry: TableRegistry, window: TimeRange) -> Claims:
     """One read of the pending rows for both questions a run asks before it claims."""
-    claimable = unclaimed(window).alias("claimable")
-    rows = pending(spark, registry).select("merge_run_id", claimable).distinct().collect()
+    claimable = F.expr(claims.unclaimed(window.sql())).alias("claimable")
+    rows = (
+        quarantine(spark, registry)
+        .where(F.col("status") == claims.PENDING)
+        .select("merge_run_id", claimable)
+        .distinct()
+        .collect()
+    )
     return Claims(
         sorted(row.merge_run_id for row in rows if row.merge_run_id is not None),
         any(row.claimable for row in rows),
@@ -192,43 +197,26 @@ def merge_silver(
     starts: list[datetime],
     txn: tuple[str, int],
     now: datetime,
-) -> int:
-    """MERGE the partials into silver; returns the windows it inserted (0 when the
-    transaction id shows a run before it committed this MERGE)."""
+    label: str,
+) -> Rewrite | None:
+    """Fold the partials into their closed silver windows (:func:`with_late_partials`),
+    rewriting only the closed files that hold those windows, in a commit labelled
+    ``label``; None when the transaction id shows a run before it committed this.
+    The windows it created are the rows it wrote beyond those it replaced."""
     config = registry.config
-    moment = F.lit(now).cast("timestamp")
+    path = registry.silver.path
 
-    def merge() -> int:
-        target = DeltaTable.forPath(spark, registry.silver.path).alias("t")
-        statement = (
-            target.merge(partials.alias("s"), window_match(registry, starts))
-            .whenMatchedUpdate(
-                set={
-                    **merged_measures(config),
-                    "revision": F.col("t.revision") + F.lit(1),
-                    "late_merged_count": F.col("t.late_merged_count") + F.col("s.record_count"),
-                    "updated_at": moment,
-                }
-            )
-            .whenNotMatchedInsert(
-                values={
-                    "window_start": F.col("s.window_start"),
-                    "window_end": F.col("s.window_end"),
-                    **{column: column_of("s", column) for column in config.key},
-                    **finished_measures(config),
-                    # A window only late records fell in: past its cleanup, so closed.
-                    "revision": F.lit(1),
-                    "status": F.lit(CLOSED),
-                    "late_merged_count": F.col("s.record_count"),
-                    "updated_at": moment,
-                }
-            )
+    def write() -> Rewrite | None:
+        return rewrite_files(
+            spark,
+            path,
+            closed_windows_starting(starts),
+            lambda closed: with_late_partials(closed, partials, config, now),
+            label,
+            txn,
         )
-        with delta_txn(spark, *txn):
-            metrics = statement.execute().first()
-        return 0 if metrics is None else metrics.num_inserted_rows
 
-    return retry_on_conflict(merge, "silver MERGE of late records")
+    return retry_on_conflict(write, "silver write of late records", (spark, path))
 
 
 @dataclass
@@ -262,7 +250,7 @@ def new_windows(spark: SparkSession, registry: TableRegistry, plan: MergePlan) -
     """The planned windows silver does not hold yet."""
     window_key = ["window_start", "window_end", *registry.config.key]
     existing = (
-        DeltaTable.forPath(spark, registry.silver.path).toDF().where(F.col("window_start").isin(plan.starts))
+        spark.read.format("delta").load(registry.silver.path).where(F.col("window_start").isin(plan.starts))
     )
     return plan.partials.select(*window_key).join(existing, window_key, "left_anti").count()
 
@@ -270,35 +258,40 @@ def new_windows(spark: SparkSession, registry: TableRegistry, plan: MergePlan) -
 def finish(spark: SparkSession, registry: TableRegistry, run_id: str, version: int) -> MergeReport:
     """Merge the rows ``run_id`` claimed (at quarantine ``version``) and mark them merged."""
     now = datetime.now(UTC)
-    claimed = pending(spark, registry).where(F.col("merge_run_id") == run_id)
+    claimed = quarantine(spark, registry).where(claims.claimed_by(run_id))
     plan = plan_merge(spark, registry, claimed)
     try:
         if plan.starts:
             txn = (f"merge-late:{registry.config.name}", version)
-            plan.report.new_windows = merge_silver(spark, registry, plan.partials, plan.starts, txn, now)
+            written = merge_silver(
+                spark, registry, plan.partials, plan.starts, txn, now, step_label(run_id, "silver")
+            )
+            if written is not None:
+                plan.report.new_windows = written.rows_written - written.rows_replaced
     finally:
         plan.partials.unpersist()
     crash_point("merge_late:silver")
-    refresh_gold(spark, registry, plan.gold_keys, now)
-    crash_point("merge_late:gold")
-
-    def mark() -> None:
-        DeltaTable.forPath(spark, registry.quarantine.path).update(
-            (F.col("status") == "pending") & (F.col("merge_run_id") == run_id),
-            {"status": F.lit("merged"), "merged_at": F.lit(now).cast("timestamp")},
+    if plan.gold_keys:
+        refreshed = refresh_gold(
+            spark, registry, plan.gold_keys, now, step_label(run_id, "gold"), owner="gold"
         )
-
-    retry_on_conflict(mark, "quarantine mark")
+        plan.report.gold_handed_over = refreshed is None
+    crash_point("merge_late:gold")
+    claims.mark_merged(
+        spark, registry.quarantine.path, claims.claimed_by(run_id), now, step_label(run_id, "mark")
+    )
     crash_point("merge_late:mark")
     return plan.report
 
 
 def merge_late(spark: SparkSession, registry: TableRegistry, window: TimeRange) -> MergeReport:
-    """Finish every interrupted run, then claim and merge the pending rows in ``window``."""
+    """Finish every interrupted run, then claim and merge the pending rows in ``window``.
+    The late tracks are claimed first, so that a live offline stream folds them in
+    while the merge writes silver."""
     registry.create_missing(spark)
     total = MergeReport()
-    claims = pending_claims(spark, registry, window)
-    for run_id in claims.unfinished_runs:
+    pending = pending_claims(spark, registry, window)
+    for run_id in pending.unfinished_runs:
         version = claim_version(spark, registry, run_id)
         if version is None:
             raise RuntimeError(
@@ -308,53 +301,75 @@ def merge_late(spark: SparkSession, registry: TableRegistry, window: TimeRange) 
         print(f"tidemark merge-late: finishing interrupted run {run_id}", file=sys.stderr)
         total.add(finish(spark, registry, run_id, version))
     run_id = uuid.uuid4().hex
-    version = claim(spark, registry, run_id, window) if claims.any_unclaimed else None
+    version = claim(spark, registry, run_id, window) if pending.any_unclaimed else None
     crash_point("merge_late:claim")
+    tracks = claim_late_tracks(spark, registry, window, run_id) if registry.config.offline else 0
     if version is not None:
         total.add(finish(spark, registry, run_id, version))
     if registry.config.offline is not None:
-        total.add(merge_late_tracks(spark, registry, window, run_id))
+        total.add(fold_late_tracks(spark, registry, run_id, tracks))
     return total
 
 
-def merge_late_tracks(
-    spark: SparkSession, registry: TableRegistry, window: TimeRange, run_id: str
-) -> MergeReport:
-    """Re-derive the status history of the keys with pending late tracks (whose
-    time is in ``window``), then mark those tracks merged. The re-derivation is a
-    recomputation, so a run killed before the mark is finished by running again."""
-    now = datetime.now(UTC)
-    late = detector.pending_late_tracks(spark, registry, window.condition("event_time")).persist()
-    try:
-        tracks, latest = late.agg(F.count(F.lit(1)), F.max("quarantined_at")).first()
-        if not tracks:
-            return MergeReport()
-        keys = detector.rederive_keys(spark, registry, late, now)
-        crash_point("merge_late:rederive")
-        _, _, late_table = detector.offline_tables(registry)
+def claim_late_tracks(spark: SparkSession, registry: TableRegistry, window: TimeRange, run_id: str) -> int:
+    """Claim the pending late tracks whose time is in ``window``; returns how many."""
+    _, _, late_table = detector.offline_tables(registry)
+    claimed = claims.claim(spark, late_table.path, run_id, window.sql("event_time"))
+    crash_point("merge_late:claim_tracks")
+    if claimed is None:
+        return 0
+    return spark.read.format("delta").load(late_table.path).where(claims.of_run(run_id)).count()
 
-        def mark() -> None:
-            # Tracks quarantined after the read above were not re-derived: they wait.
-            DeltaTable.forPath(spark, late_table.path).update(
-                (F.col("status") == "pending")
-                & window.condition("event_time")
-                & (F.col("quarantined_at") <= F.lit(latest)),
-                {
-                    "status": F.lit("merged"),
-                    "merged_at": F.lit(now).cast("timestamp"),
-                    "merge_run_id": F.lit(run_id),
-                },
-            )
 
-        retry_on_conflict(mark, "late tracks mark")
-    finally:
-        late.unpersist()
-    return MergeReport(late_tracks=tracks, status_keys=keys)
+def fold_late_tracks(spark: SparkSession, registry: TableRegistry, run_id: str, claimed: int) -> MergeReport:
+    """Re-derive the status history of the keys of every claimed late track (an
+    interrupted run's too: a re-derivation is a recomputation), then mark those
+    tracks merged; ``claimed`` of them are this run's.
+
+    The detector's state is its stream's. A live offline stream sees the claim and
+    folds the claimed tracks in with its next batch, often while the merge writes
+    silver: then nothing is left to do here. A re-derivation here that finds a
+    detector batch committed beside it leaves the claim to the stream and waits for
+    it, within :data:`HANDOVER_WAIT_S`, then tries again: :data:`REDERIVE_ATTEMPTS`."""
+    _, _, late_table = detector.offline_tables(registry)
+    started = time.monotonic()
+    for _ in range(REDERIVE_ATTEMPTS):
+        now = datetime.now(UTC)
+        folded = detector.fold_claimed_tracks(
+            spark, registry, now, step_label(run_id, "mark"), lambda: crash_point("merge_late:rederive")
+        )
+        if folded is not None:
+            tracks, keys = folded
+            # Nothing claimed was left: the offline stream had folded this run's tracks in.
+            return MergeReport(late_tracks=tracks, status_keys=keys, tracks_handed_over=claimed > tracks)
+        print(
+            "tidemark merge-late: a detector batch committed beside the re-derivation; the offline "
+            f"stream folds the claimed late tracks in (waiting up to {HANDOVER_WAIT_S:.0f} s)",
+            file=sys.stderr,
+        )
+        if folded_in(spark, late_table.path, run_id, HANDOVER_WAIT_S):
+            return MergeReport(tracks_handed_over=True)
+    raise ConflictsExhausted(
+        f"late tracks: detector batches committed beside {REDERIVE_ATTEMPTS} re-derivations in "
+        f"{time.monotonic() - started:.0f} s and the offline stream did not fold the claimed tracks "
+        "in meanwhile; run the merge again"
+    )
+
+
+def folded_in(spark: SparkSession, path: str, run_id: str, within_s: float) -> bool:
+    """Whether no late track ``run_id`` claimed is pending any longer, within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        if spark.read.format("delta").load(path).where(claims.claimed_by(run_id)).isEmpty():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(HANDOVER_POLL_S)
 
 
 def dry_run(spark: SparkSession, registry: TableRegistry, window: TimeRange) -> MergeReport:
     """Print what a merge would change; write nothing."""
-    late = pending(spark, registry).where(window.condition())
+    late = quarantine(spark, registry).where(F.col("status") == claims.PENDING).where(window.sql())
     plan = plan_merge(spark, registry, late)
     try:
         report = plan.report
@@ -367,7 +382,7 @@ def dry_run(spark: SparkSession, registry: TableRegistry, window: TimeRange) -> 
         )
         print(f"  gold keys to recompute: {report.gold_keys}")
         if registry.config.offline is not None:
-            late_tracks = detector.pending_late_tracks(spark, registry, window.condition("event_time"))
+            late_tracks = detector.pending_late_tracks(spark, registry, window.sql("event_time"))
             keys = late_tracks.select(*registry.config.offline.key).distinct().count()
             print(f"  late tracks: {late_tracks.count()} (status history re-derived for {keys} keys)")
         if report.windows:
@@ -397,6 +412,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def summary(report: MergeReport) -> str:
+    """What a merge did, for its log and ``ops.runs``."""
+    gold = (
+        f"{report.gold_keys} gold keys left to the gold stream"
+        if report.gold_handed_over
+        else f"{report.gold_keys} gold keys recomputed"
+    )
+    tracks = f"{report.late_tracks} late tracks, status history re-derived for {report.status_keys} keys"
+    if report.tracks_handed_over:
+        tracks += " (the offline stream folded in this run's)"
+    return (
+        f"merged {report.records} late records into {report.windows} windows "
+        f"({report.new_windows} new); {gold}; {tracks}"
+    )
+
+
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -424,11 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         log.ended("failed", RunTotals(), str(error)[:2000])
         raise
     totals = RunTotals(batches=1, rows_in=report.records, rows_out=report.windows, late=report.records)
-    message = (
-        f"merged {report.records} late records into {report.windows} windows "
-        f"({report.new_windows} new); {report.gold_keys} gold keys recomputed; "
-        f"{report.late_tracks} late tracks, status history re-derived for {report.status_keys} keys"
-    )
+    message = summary(report)
     log.ended("succeeded", totals, message)
     print(f"tidemark merge-late: {message}")
     return 0

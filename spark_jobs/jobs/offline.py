@@ -28,11 +28,13 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.engine import claims
 from spark_jobs.engine.detector import (
     StateRead,
     Steps,
     advance_detector,
     detector_clock,
+    fold_claimed_tracks,
     late_track_rows,
     offline_tables,
     plan_steps,
@@ -42,6 +44,7 @@ from spark_jobs.engine.detector import (
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
+    RunTotals,
     Stream,
     crash_point,
     exit_on_config_error,
@@ -51,7 +54,7 @@ from spark_jobs.jobs.common import (
     writer_stream,
 )
 from spark_jobs.sql import local_rows
-from spark_jobs.tables import TableRegistry, readable_from_first_commit
+from spark_jobs.tables import TableRegistry, commits, readable_from_first_commit, table_version
 
 # A new query reads a history of at most this many commits from them, not from a
 # snapshot: the same rows, without the snapshot's Spark jobs (sort and index its files:
@@ -71,7 +74,39 @@ def read_watermark_steps(spark: SparkSession, registry: TableRegistry) -> DataFr
 
 
 class OfflineBatchWriter(BatchWriter):
+    def __init__(self, spark: SparkSession, context: JobContext, totals: RunTotals) -> None:
+        super().__init__(spark, context, totals)
+        # The late tracks' version this writer last looked for claims at (None: never).
+        self.claims_seen: int | None = None
+
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self._advance_batch(batch, batch_id)
+        self._fold_claims(batch_id)
+
+    def _fold_claims(self, batch_id: int) -> None:
+        """Fold in the late tracks a merge claimed: the detector's state is this
+        stream's, so it re-derives their keys itself, beside the merge's own work.
+        Looked for on the first batch, then only after a claim's commit (the log
+        tells, no Spark job)."""
+        spark, registry = self.spark, self.context.registry
+        _, _, late_table = offline_tables(registry)
+        latest = table_version(spark, late_table.path)
+        if self.claims_seen is not None and not any(
+            claims.is_claim(commit.user_metadata)
+            for commit in commits(spark, late_table.path, self.claims_seen + 1, latest)
+        ):
+            self.claims_seen = latest
+            return
+        # Not the batch's label, which marks the batch's own late tracks as landed.
+        label = f"tidemark-offline-fold:{self.app_id}:{batch_id}"
+        folded = fold_claimed_tracks(
+            spark, registry, datetime.now(UTC), label, lambda: crash_point("offline:fold")
+        )
+        if folded is None:
+            raise RuntimeError("another offline detector committed beside this one: run one per pipeline")
+        self.claims_seen = latest
+
+    def _advance_batch(self, batch: DataFrame, batch_id: int) -> None:
         spark = self.spark
         registry = self.context.registry
         key = registry.config.offline.key if registry.config.offline else ()

@@ -73,7 +73,7 @@ from spark_jobs.jobs.common import (
     writer_stream,
 )
 from spark_jobs.sources import source_reports
-from spark_jobs.tables import batch_metadata, table_version
+from spark_jobs.tables import table_version
 from spark_jobs.transforms.windows import (
     assign_windows,
     judge_pairs,
@@ -182,8 +182,7 @@ class SilverBatchWriter(BatchWriter):
             on_time = pairs.where(~F.col("is_late"))
             if not self.landed(registry.silver, batch_id):
                 partials = window_partials(on_time, config, [clock.version for clock in plan])
-                label = batch_metadata(self.app_id, batch_id, {})
-                write_windows(spark, registry, partials, plan, label, now)
+                write_windows(spark, registry, partials, plan, self.label(batch_id), now)
                 crash_point("silver:windows")
             if late_total:
                 # After the windows: a late merge between a crash and the replay would

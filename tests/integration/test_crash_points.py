@@ -72,10 +72,13 @@ PLAN = {
         "flush:history",
         "gold:gold",
         "offline:events",
+        # After a crash at its claim, a rerun finishes that run's silver, gold and mark
+        # before it claims the late tracks.
         "merge_late:claim",
         "merge_late:silver",
         "merge_late:gold",
         "merge_late:mark",
+        "merge_late:claim_tracks",
         "merge_late:rederive",
     ],
 }
@@ -292,7 +295,8 @@ def test_the_plans_crash_right_after_every_write_the_jobs_mark():
         for step in re.findall(r'crash_point\("([a-z_-]+:[a-z_]+)"\)', source.read_text())
     }
     planned = {step for steps in PLAN.values() for step in steps}
-    assert marked == planned
+    # The offline stream's fold of tracks a merge claimed: test_late_merge crashes there.
+    assert marked == planned | {"offline:fold"}
 
 
 # Three bronze versions one silver trigger judges together: the first opens window

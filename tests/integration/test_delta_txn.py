@@ -14,11 +14,18 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_jobs.delta_txn import PartitionWriter, Transaction, insert_into_empty, read_latest
-from spark_jobs.jobs.common import CONFLICTS
+from spark_jobs.delta_txn import (
+    CONFLICTS,
+    ConflictsExhausted,
+    PartitionWriter,
+    Transaction,
+    insert_into_empty,
+    read_latest,
+    retry_on_conflict,
+)
 from spark_jobs.jvm import java_class
 from spark_jobs.sql import is_in_sql, local_rows
-from spark_jobs.tables import DELTA_LOG, TableRef, create_if_missing, ops_tables
+from spark_jobs.tables import DELTA_LOG, TableRef, batch_metadata, create_if_missing, ops_tables
 from tests.integration.engine import jobs_run
 
 pytestmark = pytest.mark.spark
@@ -127,21 +134,30 @@ def test_a_change_by_another_writer_to_other_partitions_leaves_the_writers_files
     assert len(asked) == 1
 
 
+def append_open_row(spark, path: str) -> None:
+    spark.createDataFrame([("c", 3, "open")], SCHEMA).write.format("delta").mode("append").save(path)
+
+
 @pytest.mark.parametrize(
-    "other_writer",
+    ("other_writer", "open_after"),
     [
-        lambda spark, path: (
-            spark.createDataFrame([("c", 3, "open")], SCHEMA)
-            .write.format("delta")
-            .mode("overwrite")
-            .option("replaceWhere", "status = 'open'")
-            .save(path)
+        (
+            lambda spark, path: (
+                spark.createDataFrame([("c", 3, "open")], SCHEMA)
+                .write.format("delta")
+                .mode("overwrite")
+                .option("replaceWhere", "status = 'open'")
+                .save(path)
+            ),
+            [("c", 4, "open")],
         ),
-        lambda spark, path: DeltaTable.forPath(spark, path).update(F.col("key") == "z", {"total": F.lit(10)}),
+        (append_open_row, [("a", 2, "open"), ("c", 4, "open")]),
     ],
-    ids=["replaces the writer's partitions", "rewrites another partition"],
+    ids=["replaces the writer's partitions", "appends to the writer's partitions"],
 )
-def test_a_commit_that_lands_during_the_overwrite_fails_it_with_a_delta_conflict(spark, table, other_writer):
+def test_a_commit_that_lands_in_the_writers_partitions_during_the_overwrite_fails_it(
+    spark, table, other_writer, open_after
+):
     writer = PartitionWriter(table, "status", IN_PLAY)
 
     def racing(current: DataFrame) -> DataFrame:
@@ -151,8 +167,39 @@ def test_a_commit_that_lands_during_the_overwrite_fails_it_with_a_delta_conflict
     with pytest.raises(CONFLICTS):
         writer.overwrite(spark, racing, "w:1")
     assert writer.kept is None
+    # The retry reads the partitions afresh: nothing the other writer committed is lost.
     writer.overwrite(spark, add_one, "w:2")
-    assert sum(1 for row in rows(spark, table) if row[2] == "open") == 1
+    assert [row for row in rows(spark, table) if row[2] == "open"] == open_after
+
+
+def rewrite_closed_row(spark, path: str) -> None:
+    DeltaTable.forPath(spark, path).update(F.col("key") == "z", {"total": F.lit(10)})
+
+
+def append_closed_row(spark, path: str) -> None:
+    spark.createDataFrame([("y", 8, "closed")], SCHEMA).write.format("delta").mode("append").save(path)
+
+
+@pytest.mark.parametrize(
+    ("other_writer", "closed_after"),
+    [
+        (rewrite_closed_row, [("z", 10, "closed")]),
+        (append_closed_row, [("y", 8, "closed"), ("z", 9, "closed")]),
+    ],
+    ids=["rewrites another partition", "appends to another partition"],
+)
+def test_a_commit_to_another_partition_during_the_overwrite_does_not_fail_it(
+    spark, table, other_writer, closed_after
+):
+    writer = PartitionWriter(table, "status", IN_PLAY)
+
+    def racing(current: DataFrame) -> DataFrame:
+        other_writer(spark, table)
+        return add_one(current)
+
+    writer.overwrite(spark, racing, "w:1")
+
+    assert rows(spark, table) == [("a", 2, "open"), *closed_after]
 
 
 def test_a_created_table_has_the_protocol_schema_partitions_and_properties_of_a_built_one(spark, tmp_path):
@@ -498,3 +545,44 @@ def test_inserts_beside_another_commit_fail_with_a_conflict_and_write_nothing(sp
     with pytest.raises(CONFLICTS):
         insert_into_empty(spark, path, inserts(spark), "label", ("app", 1))
     assert rows(spark, path) == [("b", 2, "open")]
+
+
+def losing_write(spark, path: str, winner: str, attempts: list[int]):
+    """A write of the open partition that another writer (labelled ``winner``) beats
+    every time: it commits to that partition between the write's read and its commit."""
+
+    def write() -> int:
+        attempts.append(len(attempts) + 1)
+        txn = Transaction(spark, path)
+        txn.read_partitions("status", IN_PLAY)
+        added = txn.write(spark.createDataFrame([("w", 1, "open")], SCHEMA))
+        beside = Transaction(spark, path)
+        beside.commit_append(beside.write(spark.createDataFrame([("x", 1, "open")], SCHEMA)), winner)
+        return txn.commit_append(added, "loser")
+
+    return write
+
+
+def test_a_write_that_keeps_losing_gives_up_after_its_attempts_naming_the_writers_it_lost_to(spark, table):
+    attempts: list[int] = []
+    winner = batch_metadata("query-1", 7, {}, "silver")
+
+    with pytest.raises(ConflictsExhausted) as lost:
+        retry_on_conflict(
+            losing_write(spark, table, winner, attempts), "test write", (spark, table), 3, pause_s=0
+        )
+
+    assert attempts == [1, 2, 3]
+    assert "test write conflicted with concurrent writers 3 times" in str(lost.value)
+    assert "the silver stream's batch 7" in str(lost.value)
+
+
+def test_a_write_that_loses_to_the_stream_owning_the_work_hands_it_over(spark, table):
+    attempts: list[int] = []
+    winner = batch_metadata("query-1", 7, {}, "gold")
+
+    handed = retry_on_conflict(
+        losing_write(spark, table, winner, attempts), "test write", (spark, table), 3, pause_s=0, owner="gold"
+    )
+
+    assert handed is None and attempts == [1]

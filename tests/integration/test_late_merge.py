@@ -16,12 +16,18 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_jobs.config import load_pipeline
+from spark_jobs.delta_txn import Transaction
 from spark_jobs.engine import detector
 from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.generator import START_MS, FleetSpec, generate, write_landing
 from spark_jobs.jobs import gold, merge_late, offline
 from spark_jobs.jobs import silver as silver_job
-from spark_jobs.jobs.common import JobContext
+from spark_jobs.jobs.common import (
+    CRASH_AFTER_VARIABLE,
+    CRASH_BY_VARIABLE,
+    INJECTED_CRASHES,
+    JobContext,
+)
 from spark_jobs.jobs.replay import replay
 from spark_jobs.tables import TableRegistry, join, table_version
 from tests.integration.conftest import (
@@ -232,16 +238,47 @@ def test_a_merge_landing_inside_a_detector_batch_leaves_the_status_events_of_a_b
     assert_reconciles(spark, registry)
 
 
-def test_a_claim_is_found_by_its_run_id_among_the_newest_commits_or_in_the_whole_history(
-    spark, unflushed_fleet, tmp_path
+def test_the_offline_stream_folds_in_the_tracks_a_merge_claimed_and_a_crash_inside_is_repaired(
+    spark, unflushed_fleet, tmp_path, monkeypatch
 ):
     _, registry = copy_of(unflushed_fleet, tmp_path)
+    # A merge that claimed the late tracks and stopped, as one that left them to the stream.
+    assert merge_late.claim_late_tracks(spark, registry, merge_late.TimeRange(), "run-a") > 0
+    assert silver_job.flush(spark, registry)
+    checkpoint = join(registry.root, "_checkpoints", registry.config.name, "offline")
+    context = JobContext("offline", registry.config, registry, "available-now", 1_000, checkpoint)
+
+    # The stream's next batch re-derives the claimed tracks' keys and dies before marking them.
+    monkeypatch.setenv(CRASH_AFTER_VARIABLE, "offline:fold")
+    monkeypatch.setenv(CRASH_BY_VARIABLE, "raise")
+    assert offline.run(spark, context) == 1
+    assert INJECTED_CRASHES[-1] == "offline:fold"
+    assert statuses_of(spark, registry.late_tracks.path) == {"pending"}
+    monkeypatch.delenv(CRASH_AFTER_VARIABLE)
+
+    # Its restart replays the batch and folds them in: marked by the stream, not by a merge.
+    assert offline.run(spark, context) == 0
+    assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
+    labels = [
+        row.userMetadata or ""
+        for row in spark.sql(f"DESCRIBE HISTORY delta.`{registry.late_tracks.path}`").collect()
+    ]
+    assert any(label.startswith("tidemark-offline-fold:") for label in labels)
+    assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
+    assert_reconciles(spark, registry)
+
+
+def test_a_claim_is_found_by_its_run_id_however_many_commits_came_after_it(
+    spark, unflushed_fleet, tmp_path, monkeypatch
+):
+    _, registry = copy_of(unflushed_fleet, tmp_path)
+    monkeypatch.setattr(merge_late, "CLAIM_LOOKBACK", 2)
     path = registry.quarantine.path
     version = merge_late.claim(spark, registry, "run-a", merge_late.TimeRange())
     # Delta's own history is the oracle: the claim's commit carries the run id.
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
-    assert version == history.where("userMetadata = 'run-a'").first().version
-    # Three commits after the claim (as silver's appends land) push it out of the newest three.
+    assert version == history.where("userMetadata = 'tidemark-claim:run-a'").first().version
+    # More commits after the claim than several looks at the log take (as silver's appends land).
     merged_row = (
         spark.read.format("delta")
         .load(path)
@@ -249,11 +286,11 @@ def test_a_claim_is_found_by_its_run_id_among_the_newest_commits_or_in_the_whole
         .withColumn("status", F.lit("merged"))
         .withColumn("merge_run_id", F.lit(None).cast("string"))
     )
-    for _ in range(3):
-        merged_row.write.format("delta").mode("append").save(path)
-    assert table_version(spark, path) == version + 3
-    assert merge_late.claim_version(spark, registry, "run-a", latest=3) is None
-    assert merge_late.claim_version(spark, registry, "run-a", latest=4) == version
+    appended = 3 * merge_late.CLAIM_LOOKBACK + 1
+    for batch in range(appended):
+        txn = Transaction(spark, path)
+        txn.commit_append(txn.write(merged_row), f"append {batch}")
+    assert table_version(spark, path) == version + appended
     assert merge_late.claim_version(spark, registry, "run-a") == version
     assert merge_late.claim_version(spark, registry, "run-b") is None
 
@@ -301,7 +338,7 @@ def test_a_device_a_merge_brings_back_online_inside_a_detector_batch_still_goes_
 
 
 def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock_back_nor_changes_events(
-    spark, unflushed_fleet, tmp_path, monkeypatch, capsys
+    spark, unflushed_fleet, tmp_path, monkeypatch
 ):
     pipeline, registry = copy_of(unflushed_fleet, tmp_path)
     assert statuses_of(spark, registry.late_tracks.path) == {"pending"}
@@ -317,8 +354,9 @@ def test_a_detector_batch_landing_inside_a_re_derivation_neither_moves_the_clock
     monkeypatch.setattr(detector, "replace_events", detector_between_events_and_state)
     assert merge_late.main(["--pipeline", str(pipeline), "--lakehouse", registry.root]) == 0
     assert detector_ran
-    # The batch moved the clock the re-derivation had read: it started over.
-    assert "a detector batch committed beside the re-derivation" in capsys.readouterr().err
+    # The batch inside saw the merge's claim and folded the claimed tracks in itself.
+    labels = spark.sql(f"DESCRIBE HISTORY delta.`{registry.late_tracks.path}`").select("userMetadata")
+    assert any((row.userMetadata or "").startswith("tidemark-offline-fold:") for row in labels.collect())
     assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
     assert detector_watermark(spark, registry) == MAX_WATERMARK
     assert engine_status_events(spark, registry) == batch_status_events(spark, registry)

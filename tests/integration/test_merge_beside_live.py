@@ -1,0 +1,122 @@
+"""Ten late merges in a row beside a live pipeline at 1-second triggers, with late
+records in nearly every micro-batch and another Spark job loading the machine: each
+merge finishes, within a bounded number of conflicts, and nothing is lost or
+doubled. The merge never competes with a stream for what the stream writes."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.generator import FleetSpec, generate, write_landing
+from spark_jobs.jobs import gold, merge_late
+from spark_jobs.jobs.common import JobContext
+from spark_jobs.submit import spark_submit_binary, submit_env
+from spark_jobs.tables import join
+from tests.integration.conftest import (
+    group_running,
+    job_running,
+    registry_for,
+    run_here,
+    wait_for,
+    write_pipeline,
+)
+from tests.integration.lakehouse_sql import (
+    batch_gold,
+    batch_silver,
+    batch_status_events,
+    engine_gold,
+    engine_silver,
+    engine_status_events,
+)
+from tests.integration.test_late_merge import (
+    assert_reconciles,
+    end_the_input,
+    quarantine_by_status,
+    silver_caught_up,
+    stop_gracefully,
+    table_rows,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+MERGES = 10
+# A merge retries a write that lost to a concurrent writer; beside the streams only a
+# late-track mark racing the offline stream's own fold of the same claim may lose.
+MOST_RETRIES_PER_MERGE = 2
+LOAD = Path(__file__).with_name("busy_spark_job.py")
+
+
+def test_ten_merges_beside_a_live_pipeline_under_load_each_finish_and_lose_and_double_nothing(
+    spark, tmp_path
+):
+    landing, lakehouse = tmp_path / "landing", tmp_path / "lakehouse"
+    pipeline = write_pipeline(
+        tmp_path,
+        source={"kind": "files", "path": str(landing), "format": "json", "max_files_per_trigger": 1},
+    )
+    registry = registry_for(pipeline, lakehouse)
+    # Late uploads 1.5-5 minutes behind, past the 30 s lateness: a tenth of the records.
+    fleet = generate(
+        FleetSpec(
+            devices=8,
+            partitions=3,
+            seed=23,
+            duration_ms=60 * 60_000,
+            late_ratio=0.1,
+            late_delay_ms=(90_000, 300_000),
+        )
+    )
+    per_file = 16
+    outputs = []
+    with (
+        job_running("run", pipeline, lakehouse, "--trigger", "continuous", "--interval", "1s") as streams,
+        group_running([spark_submit_binary(), "--master", "local[1]", str(LOAD)], submit_env()) as load,
+    ):
+        # A file a second, each a 1-second micro-batch, while the merges run.
+        feeder = threading.Thread(target=write_landing, args=(fleet, landing, per_file, "json", per_file))
+        feeder.start()
+        try:
+            wait_for(lambda: table_rows(spark, registry.quarantine.path) > 0, 300, "a quarantined record", 2)
+            for _ in range(MERGES):
+                started = time.monotonic()
+                ran = run_here("merge_late", pipeline, lakehouse, streaming=False)
+                outputs.append(ran.stdout)
+                assert ran.returncode == 0, ran.stdout[-3000:]
+                print(f"{time.monotonic() - started:.1f} s: {ran.stdout.strip().splitlines()[-1]}")
+            merges_beside_streams = streams.poll() is None and load.poll() is None
+            feeder.join()
+            wait_for(
+                lambda: (
+                    table_rows(spark, registry.bronze.path) == len(fleet)
+                    and silver_caught_up(spark, registry)
+                ),
+                600,
+                "silver to judge all of bronze",
+                interval=3,
+            )
+        finally:
+            feeder.join()
+            stop_gracefully(streams)
+    assert merges_beside_streams, "the streams or the load died while the merges ran"
+    retries = [len(re.findall(r"conflicted with .*; attempt \d+ of", output)) for output in outputs]
+    merged = [int(re.search(r"merged (\d+) late records", output).group(1)) for output in outputs]
+    print(f"late records merged per merge: {merged}; retries per merge: {retries}")
+    assert max(retries) <= MOST_RETRIES_PER_MERGE
+    assert sum(merged) > 0
+
+    # End of input, the last late records merged, gold caught up: a batch computation.
+    end_the_input(spark, registry)
+    merge_late.merge_late(spark, registry, merge_late.TimeRange())
+    checkpoint = join(registry.root, "_checkpoints", registry.config.name, "gold")
+    context = JobContext("gold", registry.config, registry, "available-now", 1_000, checkpoint)
+    assert gold.run(spark, context) == 0
+    assert set(quarantine_by_status(spark, registry)) == {"merged"}
+    assert engine_silver(spark, registry) == batch_silver(spark, registry)
+    assert engine_gold(spark, registry) == batch_gold(spark, registry)
+    assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
+    assert_reconciles(spark, registry)
