@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.delta_txn import Rewrite, retry_on_conflict, rewrite_files
-from spark_jobs.sql import string_literal
+from spark_jobs.sql import is_in_sql, string_literal
 
 PENDING, MERGED = "pending", "merged"
 
@@ -23,7 +23,7 @@ def unclaimed(in_range: str) -> str:
 
 def claimed_by(*run_ids: str) -> str:
     """SQL: a pending row that one of the runs ``run_ids`` claimed."""
-    return f"status = '{PENDING}' AND merge_run_id IN ({', '.join(map(string_literal, run_ids))})"
+    return f"status = '{PENDING}' AND {is_in_sql('merge_run_id', run_ids)}"
 
 
 def of_run(run_id: str) -> str:

@@ -105,7 +105,15 @@ def test_a_nan_key_value_is_a_literal_not_a_column_name(spark):
 
 
 # Every f-string that builds SQL text must interpolate only values a quoting helper made.
-QUOTING_HELPERS = {"quote_identifier", "string_literal", "qualified_name", "sql_literal", "_sql_string"}
+QUOTING_HELPERS = {
+    "quote_identifier",
+    "string_literal",
+    "qualified_name",
+    "sql_literal",
+    "_sql_string",
+    "is_in_sql",
+    "timestamp_literal",
+}
 SQL_WORDS = re.compile(
     r"<=>|\b(AND|OR|NOT|SELECT|FROM|WHERE|CREATE|DROP|LOCATION|OPTIMIZE|VACUUM|CAST|NULL)\b"
 )
@@ -114,6 +122,7 @@ SPARK_TEXT_CALLS = {"col", "expr", "sql", "selectExpr", "where", "filter", "merg
 SQL_ALLOWED = {
     ("spark_jobs/jobs/maintenance.py", "name"): "name = qualified_name(table), quoted",
     ("spark_jobs/jobs/merge_late.py", "run_id"): "an error message that mentions NULL, not SQL",
+    ("spark_jobs/engine/claims.py", "in_range"): "SQL text of TimeRange.sql: timestamp_literal values",
 }
 
 
