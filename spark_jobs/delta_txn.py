@@ -197,8 +197,8 @@ class Transaction:
     def write_rows(self, rows: Sequence[Sequence[object]], schema: StructType) -> list[JavaObject]:
         """Write a few driver-side ``rows`` (values in ``schema``'s order) as new files of
         the table, one per partition, from the driver: no Spark job (a Delta append of a
-        run-log row or a watermark step costs one, 0.3-0.4 s on 2 cores). Returns their
-        ``AddFile`` actions; nothing committed yet. The table's columns the rows lack are null."""
+        run-log row or a watermark step costs one). Returns their ``AddFile`` actions;
+        nothing committed yet. The table's columns the rows lack are null."""
         table = self.schema
         _require_fields(table, schema)
         partitions = list(self._python_list(self._txn.metadata().partitionColumns()))
@@ -281,8 +281,8 @@ class Transaction:
         """Whether the transaction id (``app_id``, ``version``) committed already: from
         the version's checksum, where Delta lists a table's transaction ids (up to a
         hundred of them, and none that expire), or else from the table's state, which
-        Delta's own lookup always rebuilds from the log (a Spark job: 0.3 s warm, more
-        in a new process, for the flush and every idleness check)."""
+        Delta's own lookup always rebuilds from the log (a Spark job, for the flush and
+        every idleness check)."""
         checksum = self._txn.snapshot().checksumOpt()
         listed = checksum.get().setTransactions() if checksum.isDefined() else None
         if listed is None or not listed.isDefined():
@@ -343,8 +343,8 @@ class Transaction:
 
     def _python_list(self, seq: JavaObject) -> list[JavaObject]:
         # By index: py4j ends an iteration on the JVM's NoSuchElementException, whose
-        # conversion into a Python error costs 30 ms (PySpark's and Delta's handlers
-        # test it against every exception class they know).
+        # conversion into a Python error is slow (PySpark's and Delta's handlers test it
+        # against every exception class they know).
         items = self._class(SCALA_CONVERTERS).asJava(seq)
         return [items.get(index) for index in range(items.size())]
 
@@ -567,8 +567,7 @@ def rewrite_files(
 def read_latest(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
     """The table's rows at its latest version, and that version: the files its checksum
     lists, read as they are (Delta's read of a version rebuilds the version's state from
-    its log first, a Spark job: 0.47 s of a warm detector batch, 0.4-0.5 s of the tiny
-    replay's gold), else Delta's read of that version."""
+    its log first, a Spark job), else Delta's read of that version."""
     txn = Transaction(spark, path)
     files = txn.listed_files()
     if files is None:
@@ -582,11 +581,11 @@ def insert_into_empty(
     spark: SparkSession, path: str, inserts: DataFrame, label: str, txn: tuple[str, int] | None = None
 ) -> bool:
     """What a MERGE into a table without rows writes, its ``inserts``, appended in one
-    commit labelled ``label`` (a MERGE joins its source with the table twice: 1.7 s of
-    a warm replay's gold batch, for a pipeline's first). False, and nothing written,
-    when the table's checksum lists a file or lists none. Once under ``txn`` (app id,
-    version), as the MERGE would be; the whole table counts as read, so a commit beside
-    it fails it with a Delta conflict, and the caller's retry finds the table written."""
+    commit labelled ``label``: a MERGE joins its source with the table twice, which a
+    pipeline's first batch need not pay. False, and nothing written, when the table's
+    checksum lists a file or lists none. Once under ``txn`` (app id, version), as the
+    MERGE would be; the whole table counts as read, so a commit beside it fails it with
+    a Delta conflict, and the caller's retry finds the table written."""
     written = Transaction(spark, path)
     if written.listed_files() != []:
         return False

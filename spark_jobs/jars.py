@@ -58,8 +58,8 @@ class PinnedJar:
 # it. The connector 4.2.0 needs spark-token-provider-kafka-0-10 4.2.0, which Maven
 # Central does not publish (nothing after 4.0.0): the 4.0.0 jar provides the same
 # classes (KafkaConfigUpdater, KafkaTokenUtil), in a folder of its own. Fetched one
-# by one instead of through Ivy, whose JVM start made 13 of a fresh setup's seconds
-# wait before the class archive could start.
+# by one instead of through Ivy, whose JVM start kept a fresh setup waiting before the
+# class archive could start.
 SPARK_JARS = (
     PinnedJar(
         "io.delta:delta-spark_4.2_2.13:4.4.0",

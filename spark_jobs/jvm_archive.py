@@ -1,6 +1,6 @@
 """A class-data-sharing archive of the JVM classes a Tidemark job loads.
 
-A Spark driver loads some 15,000 classes before its first record; parsing and
+A Spark driver loads thousands of classes before its first record; parsing and
 verifying them is most of a job's start-up on a small machine. ``python -m
 spark_jobs.jvm_archive`` (run by ``make setup``) replays a tiny pipeline once in a
 JVM that writes every class it loaded into :func:`archive_path` when it exits

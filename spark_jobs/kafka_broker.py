@@ -22,10 +22,8 @@ from spark_jobs.jars import _pyspark_jars, kafka_jars_dir
 from spark_jobs.session import JVM_PROFILES, SERIAL_COLLECTOR
 
 # The broker here serves tests and the demo beside Spark on the same few cores, a few
-# thousand records/s at most: C1 alone and the serial collector (short jobs' flags).
-# On 2 cores, started, sent 11 k records over 60 s, read back, then idle 120 s: the
-# broker's JVM took 13.6 and 12.7 CPU-s under the JDK's defaults, 8.3 and 9.2 under these
-# (start 3.5-4.9 against 2.2-2.8; the minute of load 5.3-5.4 against 3.6-3.7).
+# thousand records/s at most: C1 alone and the serial collector (short jobs' flags),
+# whose compiler and collector threads take less of those cores than the JDK's defaults.
 BROKER_JAVA_OPTIONS = [*JVM_PROFILES["short-jobs"].java_options.split(), SERIAL_COLLECTOR]
 
 

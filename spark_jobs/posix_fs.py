@@ -4,8 +4,7 @@ Without Hadoop's native library, which pip's pyspark does not ship, Hadoop's loc
 file system starts a ``readlink`` for every link status (a rename asks for four:
 source, destination and their checksum files) and a ``chmod`` for every file it
 creates. Every Delta commit and every streaming checkpoint file on a local disk
-started 5 processes, about 3 ms of CPU each: 11,900 in 6 minutes of two
-integration test files. The classes in ``spark_jobs/java/io/tidemark/fs`` do both
+started 5 processes. The classes in ``spark_jobs/java/io/tidemark/fs`` do both
 through the JVM; they are compiled at setup into Tidemark's jar
 (``spark_jobs.java_build``), and :data:`HADOOP_CONF` makes them the ``file:``
 scheme's file systems.

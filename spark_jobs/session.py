@@ -43,27 +43,22 @@ SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 DEFAULT_PARALLELISM = "spark.default.parallelism"
 # Spark generates the Java source of every task's projections, and compiles it for
 # every distinct plan. On micro-batches of a few records, and on the Delta log reads
-# behind every idempotent write, that is a third of the JVM's samples. Interpreted,
-# the 24-record replay below takes 60 CPU-seconds in 45 s instead of 77 in 57 (under
-# short-jobs). Per row they cost more: 300 k events through bronze take 11.2 s
-# instead of 7.7. Whole-stage code generation is off as well: a query with a new
-# literal, which compiles 2 classes under the default mode, compiles none.
+# behind every idempotent write, that compiling is much of the JVM's work; interpreted
+# expressions cost more per row, so only small batches go without it. Whole-stage code
+# generation is off as well, so a query with a new literal compiles nothing.
 CODEGEN_CACHE_ENTRIES = "spark.sql.codegen.cache.maxEntries"
 PARQUET_TIMESTAMPS = "spark.sql.parquet.outputTimestampType"
 CODEGEN_FACTORY_MODE = "spark.sql.codegen.factoryMode"
 # Adaptive execution re-plans a query after each of its shuffle stages, each stage a
 # Spark job of its own: on batches of a few hundred records it saves nothing and
-# costs its jobs and re-optimisations. A replay of 3.2 k records in 7 micro-batches on
-# a warm session (as the test suite runs them): 13.8 s without it, 15.1 with it (means
-# of 6); a new process's 24-record replay did not move (20-24 s either way).
+# costs its jobs and re-optimisations.
 ADAPTIVE_EXECUTION = "spark.sql.adaptive.enabled"
 SMALL_BATCHES = {CODEGEN_FACTORY_MODE: "NO_CODEGEN", ADAPTIVE_EXECUTION: "false"}
 # With it on (PySpark's default), every function that builds a Column walks the Python
-# stack for its call site and sends it to the JVM around the call (about seven more
-# py4j round trips each), so that an error in the expression names the Python line.
-# Tidemark's expressions are its own, built per micro-batch: the 24-record replay
-# makes 21 k py4j calls with it and 10.7 k without, and takes 12.6-12.9 s against
-# 11.7-12.1 (a new process each, 3 alternated runs).
+# stack for its call site and sends it to the JVM around the call (several more py4j
+# round trips each), so that an error in the expression names the Python line.
+# Tidemark's expressions are its own, built per micro-batch: every batch would pay
+# those round trips for call sites that name no user's code.
 DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
 
 
@@ -80,39 +75,31 @@ class JvmProfile:
     collector: str = ""
 
 
-# Measured on 2 cores:
+# The profiles:
 # - throughput: the JDK's defaults (C1 then C2, G1) and Spark's expression code
-#   generation. The C2 compiler threads and G1's concurrent threads burn as much CPU
-#   as the job itself in the first minute: a 24-record replay takes 97 CPU-seconds in 52 s.
+#   generation. On a small machine the C2 compiler threads and G1's concurrent threads
+#   cost a short job more CPU than its own work.
 # - short-jobs: C1 only, one compiler thread, the parallel collector (no concurrent
-#   threads, like the serial one, but its pauses use both cores: a 24-record replay's
-#   five young collections took 288 ms against 430-460 serial, and the replay 9.83 ->
-#   9.65 s, medians of 5 alternated), interpreted expressions, no adaptive execution.
-#   The same replay took 60 CPU-seconds in 45 s (serial collector then); but 300 k
-#   events through silver take 19 s, not 12. For jobs of seconds and tiny batches on a small
-#   machine (the test suite). C1 alone also shrinks the code cache to 48 MB, which
-#   Spark and Delta fill within minutes; then the sweeper evicts and C1 compiles again:
-#   two integration test files on one C1-only session took 327 CPU-s (the sweeper 73),
-#   with the tiered size 210. Its heap starts at the maximum spark.driver.memory
-#   gives (HotSpot clamps InitialRAMPercentage to -Xmx): grown from a small start, the
-#   serial collector ran hundreds of young and a few full collections in a job's first
-#   minute. The 24-record replay below, alternated, took 29.5, 29.8, 32.7 and 27.1 s
-#   without, 27.5, 24.0, 32.1 and 23.8 with (the tiny bench's machine CPU 203, 200, 237
-#   and 194 against 192, 175, 233 and 175).
+#   threads, like the serial one, but its pauses use every core), interpreted
+#   expressions, no adaptive execution. For jobs of seconds and tiny batches on a small
+#   machine (the test suite); large batches run slower under it. C1 alone also shrinks
+#   the code cache to 48 MB, which Spark and Delta fill within minutes; then the sweeper
+#   evicts and C1 compiles again, so the profile keeps the tiered size. Its heap starts
+#   at the maximum spark.driver.memory gives (HotSpot clamps InitialRAMPercentage to
+#   -Xmx): grown from a small start, the collector runs again and again in a job's
+#   first minute.
 DEFAULT_PROFILE = "throughput"
 # C1 compiles a method after 30 calls instead of the JDK's 200 (its thresholds of calls
 # plus loop iterations and of loop iterations alone at a seventh and a tenth as well): a
 # short job's driver runs most of its code a few hundred times, then never again, so
-# it otherwise interprets the code it spends its life in. The 24-record replay in a new
-# process, 6 runs each alternated: median 11.0 s at the JDK's thresholds, 10.6 at these.
+# it otherwise interprets the code it spends its life in.
 C1_EARLY = (
     "-XX:Tier3InvocationThreshold=30 -XX:Tier3MinInvocationThreshold=15 "
     "-XX:Tier3CompileThreshold=300 -XX:Tier3BackEdgeThreshold=6000"
 )
-# Spark's drivers load some 150 MB of class metadata. The collector runs a full
-# collection the first time metaspace passes its initial 21 MB threshold, to unload
-# classes a driver never unloads: 154 ms of a 24-record replay's 10.6 s (serial), gone
-# at 256 MB (its 4-5 young collections stay; a young generation twice as large saved nothing).
+# Spark's drivers load far more class metadata than metaspace's initial 21 MB threshold,
+# and the first time metaspace passes it the collector runs a full collection, to unload
+# classes a driver never unloads: a pause for nothing, which starting at 256 MB avoids.
 CLASS_METADATA_ROOM = "-XX:MetaspaceSize=256m"
 # One-query and broker JVMs (beeline, Kafka) and the tests' long session collect serially.
 SERIAL_COLLECTOR = "-XX:+UseSerialGC"
@@ -127,11 +114,8 @@ JVM_PROFILES = {
 }
 
 # A replay knows its input before its JVM starts. On a small one, start-up and
-# first-time planning are most of what it costs and short-jobs saves a third; on a
-# large one, generated code and C2 pay back. Replays with --flush on 2 cores,
-# seconds under throughput / short-jobs: 24 records in 4 batches 47.4 / 33.8
-# (medians of 3); 8.6 k in 2 batches 49.1 / 32.1 and 26.5 k in 4 batches 45.8 /
-# 36.7 (means of 2); 96 k in 96 batches 194 / 169; 279 k in 28 batches 95 / 154.
+# first-time planning are most of what it costs, which short-jobs cuts; on a large
+# one, generated code and C2 pay back.
 SHORT_JOB_RECORDS = 30_000
 
 
@@ -141,10 +125,8 @@ def profile_for_records(records: int) -> str:
 
 
 # On an input this small a task costs more to schedule than its share of the work:
-# one shuffle partition and one slice of local rows instead of four. Replays with
-# --flush in a new process on 2 cores, seconds with four / one (alternated): 24
-# records in 4 batches 11.9, 11.7, 11.6 / 11.1, 10.7, 10.9; 9.6 k in 4 batches
-# 14.1, 13.2 / 13.1, 13.1; 23 k in 4 batches 14.8, 16.0 / 15.4, 15.3 (even).
+# one shuffle partition and one slice of local rows instead of four. Beyond it the
+# saving is gone.
 ONE_PARTITION_RECORDS = 10_000
 
 
@@ -166,11 +148,8 @@ def session_for_records(app_name: str, records: int) -> SparkSession:
 
 
 # A continuous stream's micro-batch holds what arrived in one interval: small batches,
-# for hours. On one small machine Under throughput the C2 compiler threads take the cores from the first
-# batches for a minute. Bronze and silver as continuous spark-submits, 1 s triggers,
-# 100 records/s for 90 s on 2 cores, firing latency median / p95: throughput 4.51 /
-# 10.66 s, short-jobs 2.54 / 3.25; the four streams as one application fed 2,000
-# records/s for 60 s carried 1,334 records/s under throughput, 1,556 under short-jobs.
+# for hours. On a small machine under throughput the C2 compiler threads take the cores
+# from the first batches, so windows fire later and fewer records a second keep up.
 CONTINUOUS_PROFILE = "short-jobs"
 
 
@@ -216,8 +195,7 @@ def base_conf(default_profile: str = DEFAULT_PROFILE, chosen_profile: str | None
         "spark.sql.session.timeZone": "UTC",
         # Parquet's 64-bit microseconds, not Spark's default INT96 (which Parquet has
         # deprecated): a timestamp column's dictionary holds longs, not 12-byte arrays
-        # hashed and compared a value at a time. Bronze at 1 M events, 3 timestamp
-        # columns: 3.60 s -> 3.18 and 3.25 (the idiomatic stream 2.43 -> 2.17 and 2.27).
+        # hashed and compared a value at a time.
         PARQUET_TIMESTAMPS: "TIMESTAMP_MICROS",
         DATAFRAME_DEBUGGING: "false",
         "spark.sql.streaming.stateStore.providerClass": (
@@ -226,9 +204,7 @@ def base_conf(default_profile: str = DEFAULT_PROFILE, chosen_profile: str | None
         "spark.ui.showConsoleProgress": "false",
         # Generated classes are cached by their code, 100 by default: a process that
         # runs a few streams and Delta's log reads compiles more distinct classes than
-        # that, and then compiles the same code again every micro-batch. Measured
-        # warm on 2 cores, bronze and silver of 100 records a batch: 34 compiles a
-        # batch at 100 entries, 4 at 2000; silver's batch 3.3 s and 1.9 s (medians of 6).
+        # that, and then compiles the same code again every micro-batch.
         CODEGEN_CACHE_ENTRIES: "2000",
         # Starting the UI's web server costs every job start-up; turn it on to watch one.
         "spark.ui.enabled": "true" if os.environ.get("TIDEMARK_SPARK_UI") == "true" else "false",

@@ -68,9 +68,8 @@ def local_rows(spark: SparkSession, rows: Sequence[Sequence[object]], schema: St
     one JSON literal: timestamps travel as epoch microseconds (a naive datetime is
     local time, as ``createDataFrame`` reads it), dates as days since the epoch, and
     a value of the wrong type fails the query. ``createDataFrame`` goes through a
-    pickled RDD instead, which makes a one-row Delta append cost more (measured on
-    2 cores: 0.33 s against 0.45 s warm, 0.41 s against 0.83 s on a process's first);
-    Tidemark writes such rows on every micro-batch."""
+    pickled RDD instead, which makes a one-row Delta append cost more; Tidemark writes
+    such rows on every micro-batch."""
     struct = schema if isinstance(schema, StructType) else _parse_datatype_string(schema)
     codecs = [_CODECS.get(type(f.dataType), _AS_IS) for f in struct.fields]
     wire = StructType(
@@ -124,8 +123,8 @@ def with_constants(frame: DataFrame, values: Sequence[object], schema: str) -> D
     Spark writes long and timestamp literals into the Java it generates, so a literal
     that changes makes every batch compile its stages again; and the columns that read
     such values can be built once per pipeline
-    (:func:`~spark_jobs.config.once_per_pipeline`) rather than through a few hundred
-    JVM calls a batch."""
+    (:func:`~spark_jobs.config.once_per_pipeline`) rather than through JVM calls on
+    every batch."""
     return frame.crossJoin(F.broadcast(local_rows(frame.sparkSession, [values], schema)))
 
 

@@ -25,8 +25,7 @@ ERROR_CLASS_ONLY = re.compile(r"^\[[A-Z0-9_.]+\]$")
 REPEATED_ERROR_CLASS = re.compile(r"^(\[[A-Z0-9_.]+\]) \1 ")
 PROMPT = re.compile(r"^\d+: jdbc:hive2://\S*> ?")
 # beeline is a JVM that lives for one query, a job of seconds: C1 alone and the serial
-# collector. `tidemark sql "SHOW DATABASES"` on 2 cores took 2.86-3.22 CPU-s in
-# 1.78-1.96 s under the JDK's defaults, 1.88-2.01 CPU-s in 1.47-1.48 s under these.
+# collector, whose threads cost such a job less than the JDK's defaults.
 BEELINE_OPTIONS_VARIABLE = "SPARK_BEELINE_OPTS"
 BEELINE_JAVA_OPTIONS = f"{JVM_PROFILES['short-jobs'].java_options} {SERIAL_COLLECTOR}"
 UNREACHABLE = ("Could not open client transport", "Connection refused")

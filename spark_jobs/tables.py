@@ -51,9 +51,8 @@ from spark_jobs.transforms.aggregates import measure_types
 CHANGE_FEED = ("delta.enableChangeDataFeed", "true")
 # Every table's log checkpoint every 100 commits, not Delta's 10. The streams commit
 # a few rows at a time, and a checkpoint rebuilds the table's state in Spark jobs:
-# measured on 2 cores, 98 one-row appends took 25-29 CPU-s with a checkpoint every
-# 10 commits and 9-10 with one every 100, while a reader rebuilding the state from
-# 98 commits took no longer (0.6-1.0 s) than from a checkpoint and 8 commits.
+# every 10 commits they cost more than the commits themselves, while a reader
+# rebuilding the state from up to 99 JSON commits is no slower than from a checkpoint.
 LOG_CHECKPOINT_INTERVAL = ("delta.checkpointInterval", "100")
 CREATE_ATTEMPTS = 4
 # Held while tables are created in a local lakehouse (see ``creation_lock``).
@@ -320,10 +319,10 @@ class TableRegistry:
     def bronze(self) -> TableRef:
         # Silver reads bronze's change feed: it tags each row with its bronze commit.
         # File statistics only on the columns queries prune by: collecting them for
-        # every column (unique ids, long paths) costs bronze a third of its write. Not
+        # every column (unique ids, long paths) costs bronze much of its write. Not
         # on the key or the source partition: a bronze file holds a micro-batch in
         # arrival order, every key and partition in it, so their bounds prune nothing,
-        # and a string's bounds cost a copy of it a row (6-8 % of bronze's time).
+        # and a string's bounds cost a copy of it a row.
         stats_columns = "event_time,ingest_time"
         properties = (CHANGE_FEED, ("delta.dataSkippingStatsColumns", stats_columns))
         return self._ref("bronze", self.config.name, self.bronze_fields(), properties=properties)
@@ -490,9 +489,9 @@ def has_commits(spark: SparkSession, path: str) -> bool:
 # Delta lists a small table's files in each version's checksum, derived from the
 # previous version's list, so that readers need not rebuild the table's state. For a
 # new table it first rebuilds the state of the empty table before it (a Spark job
-# each: 1.2 of 2.0 s creating a pipeline's 11 tables in a new process, 0.45 of 0.6 s
-# warm). With the listing off, a commit that leaves a table without files still
-# writes its empty list: the same checksum, and later commits derive theirs from it.
+# each, most of what creating a table costs). With the listing off, a commit that
+# leaves a table without files still writes its empty list: the same checksum, and
+# later commits derive theirs from it.
 ALL_FILES_IN_CHECKSUM = "spark.databricks.delta.allFilesInCrc.enabled"
 
 
@@ -574,8 +573,8 @@ def _log_changes(
 
 
 def table_version(spark: SparkSession, path: str) -> int:
-    """The Delta table's latest version, from its log (milliseconds; reading the
-    history is a Spark job that costs a fifth of a second per call)."""
+    """The Delta table's latest version, from its log on the driver (reading the
+    history instead is a Spark job per call)."""
     nothing = java_class(spark, "scala.Option").empty()
     return _delta_log(spark, path).update(False, nothing, nothing).version()
 
@@ -623,7 +622,7 @@ class Commit:
 
 def commits(spark: SparkSession, path: str, start: int, end: int) -> list[Commit]:
     """The commit infos of versions ``start`` to ``end`` of a Delta table, read from
-    its log on the driver: a few milliseconds a commit, no Spark job."""
+    its log on the driver, no Spark job."""
     found = []
     for version_actions in _log_changes(spark, path, max(start, 0), end, fail_on_data_loss=False):
         info = next((action for kind, action in _actions(version_actions._2()) if kind == "CommitInfo"), None)

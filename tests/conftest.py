@@ -31,34 +31,32 @@ os.environ.setdefault("AIRFLOW_CONN_TIDEMARK_SPARK", '{"conn_type": "spark", "ho
 os.environ.setdefault(JVM_PROFILE_VARIABLE, "short-jobs")
 
 
-# The files that take longest, longest first (their mean wall seconds in two whole runs of
-# session 66, `--durations`): `make test` runs two workers a file at a time, and a long
-# file started late would leave one worker running it alone (`test_parse.py`, 99 s,
-# started last when it was not listed: the workers ended 73 s apart). Any other file
-# keeps its place after these.
+# The files that take longest, longest first, by their measured durations: `make test`
+# runs two workers a file at a time, and a long file started late would leave one worker
+# running it alone at the end. Any other file keeps its place after these.
 LONGEST_FIRST = (
-    "test_fault_injection.py",  # 332
-    "test_airflow_soak.py",  # 326
-    "test_late_merge.py",  # 239
-    "test_airflow_e2e.py",  # 232
-    "test_crash_points.py",  # 191
-    "test_live_demo.py",  # 187
-    "test_sql_server.py",  # 176
-    "test_silver_engine.py",  # 124
-    "test_bronze_ingest.py",  # 122
-    "test_offline_detection.py",  # 97
-    "test_parse.py",  # 96
-    "test_spark_cluster.py",  # 94
-    "test_tune.py",  # 88
-    "test_source_partitions.py",  # 63
-    "test_silver_matches_model.py",  # 58
-    "test_airflow_ui.py",  # 51
-    "test_silver_time_semantics.py",  # 44
-    "test_silver_crash.py",  # 38
-    "test_custom_generators.py",  # 31
-    "test_driver_side_state.py",  # 28
-    "test_offline_transitions.py",  # 27
-    "test_bad_input_fuzz.py",  # 25
+    "test_fault_injection.py",
+    "test_airflow_soak.py",
+    "test_late_merge.py",
+    "test_airflow_e2e.py",
+    "test_crash_points.py",
+    "test_live_demo.py",
+    "test_sql_server.py",
+    "test_silver_engine.py",
+    "test_bronze_ingest.py",
+    "test_offline_detection.py",
+    "test_parse.py",
+    "test_spark_cluster.py",
+    "test_tune.py",
+    "test_source_partitions.py",
+    "test_silver_matches_model.py",
+    "test_airflow_ui.py",
+    "test_silver_time_semantics.py",
+    "test_silver_crash.py",
+    "test_custom_generators.py",
+    "test_driver_side_state.py",
+    "test_offline_transitions.py",
+    "test_bad_input_fuzz.py",
 )
 
 
@@ -67,16 +65,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))
 
 
-# The session JVM's compiler and heap, measured on three in-process test files
-# (offline detection, silver engine, late merge: 23 tests) by the JVM's threads.
-# C2 pays back here (C1 alone: 553 CPU-s against 453-535), but its thread compiled
-# every lukewarm method: 127-148 of those CPU-s. Three times the JDK's tier-4
-# thresholds leave C2 the hot ones. A serial heap grown from its initial size ran 8
-# full collections in the first 90 s, and its small young generation collected
-# often: the heap starts at its maximum (HotSpot clamps the initial size to -Xmx, which
-# spark.driver.memory sets), its young generation a third of it. Together (measured
-# with -Xms2g -Xmn640m, the same heap at 2 GB): 417-427 CPU-s (compiler 92-96,
-# collector 14-15 instead of 24-26).
+# The session JVM's compiler and heap. C2 pays back here, but its thread compiled every
+# lukewarm method: three times the JDK's tier-4 thresholds leave C2 the hot ones. A
+# serial heap grown from its initial size ran full collections early, and its small
+# young generation collected often: the heap starts at its maximum (HotSpot clamps the
+# initial size to -Xmx, which spark.driver.memory sets), its young generation a third of it.
 SESSION_JVM_OPTIONS = (
     f"{SERIAL_COLLECTOR} {JVM_PROFILES['short-jobs'].heap_options}"
     " -XX:Tier4InvocationThreshold=15000 -XX:Tier4MinInvocationThreshold=1800"
@@ -89,9 +82,9 @@ def spark():
     from spark_jobs.session import build_session
 
     with pytest.MonkeyPatch.context() as environment:
-        # This JVM lives the whole run and runs most tests' queries (jobs run in-process):
-        # under C1 alone the in-process tests took up to twice as long. Their batches are
-        # a few records each, so they are planned as under short-jobs.
+        # This JVM lives the whole run and runs most tests' queries (jobs run in-process),
+        # long enough for C2 to pay back. Their batches are a few records each, so they
+        # are planned as under short-jobs.
         environment.setenv(JVM_PROFILE_VARIABLE, "throughput")
         java_options = base_conf()["spark.driver.extraJavaOptions"]
         session = build_session(
@@ -102,8 +95,7 @@ def spark():
                 "spark.sql.shuffle.partitions": "2",
                 **SMALL_BATCHES,
                 # One long-lived driver on two cores: G1's concurrent threads cost it more
-                # than they save. Five in-process tests (late merge, crash points) took
-                # 213 and 240 CPU-s with the serial collector against 254 and 262 with G1.
+                # than they save.
                 "spark.driver.extraJavaOptions": f"{java_options} {SESSION_JVM_OPTIONS}",
             },
         )

@@ -1,7 +1,7 @@
 """Read the lakehouse's ops and quarantine tables without Spark.
 
 Airflow's api-server, sensors and workers poll these tables often; a JVM per
-poll would cost seconds and a gigabyte. delta-rs (the ``deltalake`` package)
+poll would cost a JVM's start-up and memory. delta-rs (the ``deltalake`` package)
 reads the Delta log (checkpoints, JSON commits, deletion vectors) and the
 Parquet files directly, pruning files by partition (``pipeline``, ``status``)
 before reading them.

@@ -80,7 +80,7 @@ async def authorized_user(
 ) -> Any:
     """The caller, if Airflow lets them see its UI; else 401/403, or a redirect
     to the login page for a browser that is not logged in."""
-    # Imported here: seconds of imports the api-server has done already, while the
+    # Imported here: heavy imports the api-server has done already, while the
     # other Airflow processes that load plugins (scheduler, task workers) never serve this.
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import AccessView

@@ -74,7 +74,7 @@ def read_clock_state(spark: SparkSession, registry: TableRegistry) -> ClockState
     pipeline = registry.config.name
     watermarks, watermark_history = registry.ops["watermarks"].path, registry.ops["watermark_history"].path
     if never_written(spark, watermarks) and never_written(spark, watermark_history):
-        # A new lakehouse: reading two empty tables would cost 2 s warm, 7 s in a new process.
+        # A new lakehouse: reading two empty tables would cost Spark jobs for nothing.
         return clock_state([], [])
     clocks = spark.read.format("delta").load(watermarks)
     snapshot = [

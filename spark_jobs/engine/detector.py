@@ -215,7 +215,7 @@ def merge_state(
     detector batch's, which moved the clock. Two re-derivations at one clock compute
     the same rows for the keys they share, so they never make each other start over:
     when they did, a merge's and the live detector's re-derivations restarted each
-    other until the merge gave up (the soak: 10 attempts in 3.5 minutes)."""
+    other until the merge gave up."""
     same_row = (
         null_safe_match(key)
         & (F.col("t.kind") == F.col("s.kind"))
@@ -434,8 +434,8 @@ def replace_events(
     them all. Copies arise when a detector batch read ``last`` rows that a stale
     re-derivation had just rewritten (its retry puts the state right, the batch's
     append lands anyway); the detector then re-derives those keys here."""
-    # SQL text, parsed once: a Column built per key costs a JVM call per operator
-    # (16 s for 10,000 keys) and its depth overflows the JVM's stack.
+    # SQL text, parsed once: a Column built per key costs a JVM call per operator,
+    # and its depth overflows the JVM's stack.
     of_keys = " OR ".join(
         "(" + " AND ".join(f"{quote_identifier(c)} <=> {sql_literal(row[c])}" for c in key) + ")"
         for row in keys.collect()

@@ -232,7 +232,7 @@ class BatchWriter:
     ) -> bool:
         """Append ``frame`` to ``table`` unless this stream's batch ``batch_id`` already
         landed there; True if it wrote. Not through a Delta transaction id: checking one
-        rebuilds the table's state from its log on every append (0.4-0.8 s). A batch
+        rebuilds the table's state from its log on every append (a Spark job). A batch
         that follows one this writer completed appends at once; any other (a
         stream's first batch, maybe the replay of one that landed before a crash)
         first reads the log back for its label, which the commit carries in its
@@ -342,9 +342,9 @@ class RunLog:
         txn.commit_append(txn.write_rows([row], table.schema), f"tidemark-run:{self.run_id}:{status}")
 
     def started(self) -> None:
-        """Append the ``running`` row beside the job's start-up (a Delta commit costs
-        a few tenths of a second on 2 cores): :meth:`ended` waits for it, so the final
-        row always follows it."""
+        """Append the ``running`` row beside the job's start-up, which need not wait
+        for a Delta commit; :meth:`ended` waits for it, so the final row always follows
+        it."""
         self._starting = threading.Thread(
             target=self._append,
             args=("running", RunTotals(), None, None),

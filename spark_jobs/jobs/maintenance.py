@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     config = load_pipeline(args.pipeline)
     registry = TableRegistry(config, args.lakehouse)
     spark = build_session(f"tidemark-maintenance-{config.name}")
-    # VACUUM lists a table's files in this many Spark tasks (10,000 by default): half a
-    # minute per table on a small machine, whatever the table's size.
+    # VACUUM lists a table's files in this many Spark tasks (10,000 by default): on a
+    # small machine scheduling them, not the table's size, is what a VACUUM costs.
     listing_tasks = max(8, 4 * spark.sparkContext.defaultParallelism)
     spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", str(listing_tasks))
     log = RunLog(spark, "maintenance", registry)

@@ -57,9 +57,8 @@ from spark_jobs.sql import local_rows
 from spark_jobs.tables import TableRegistry, commits, readable_from_first_commit, table_version
 
 # A new query reads a history of at most this many commits from them, not from a
-# snapshot: the same rows, without the snapshot's Spark jobs (sort and index its files:
-# 0.7 s of a warm replay, 0.9 s of a new process's), for a driver-side read of a few
-# milliseconds a commit.
+# snapshot: the same rows, without the snapshot's Spark jobs (sort and index its files),
+# for a driver-side read of each commit.
 FEW_HISTORY_COMMITS = 100
 
 

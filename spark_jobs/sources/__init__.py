@@ -24,7 +24,7 @@ def source_reports(
     spark: SparkSession, registry: TableRegistry, first: int, latest: int
 ) -> dict[int, SourceProgress]:
     """What the source reported with each bronze version from ``first`` to ``latest``,
-    read from the bronze commits themselves (a few milliseconds a version)."""
+    read from the bronze commits themselves, on the driver."""
     return {commit.version: report for commit, report in _reports(spark, registry, first, latest)}
 
 

@@ -57,7 +57,7 @@ def ensure_folder(spark: SparkSession, path: str) -> None:
 class LineSplit:
     """The columns that turn a landed file into one row per line, each selected in
     turn (:func:`split_lines`): built once per shape, not on every stream's start
-    (each column costs JVM calls, a few hundred in all)."""
+    (each column costs JVM calls)."""
 
     lines: Column
     per_file: dict[str, Column]

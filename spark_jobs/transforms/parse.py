@@ -106,7 +106,7 @@ def surely_one_object(line: Column) -> Column:
     hold for (nested objects, a ``}`` in a string) take the bracketed reads.
 
     The scan is over the line's bytes (no UTF-8 byte of another character is a
-    ``}``): ``instr`` and ``length`` count characters, and cost a fifth of the parse.
+    ``}``): ``instr`` and ``length`` count characters, a cost the byte scan avoids.
     The landing zone's reader makes the same scan as it splits a file into lines
     (``one_object``, ``spark_jobs/java/io/tidemark/bronze/JsonLinesFormat.java``)."""
     before_last = F.substring(line.cast("binary"), 1, F.octet_length(line) - 1)
@@ -180,7 +180,7 @@ def _parsed_field_steps(
     # Each its own column, so a parse runs once however often it is referred to, and
     # the text parse only for the records the fast path did not take. A fast record
     # has no elements, but a null size does not stop the AND of _one_value: without
-    # the guard every line would still be scanned for a `]` (2-3 % of bronze's time).
+    # the guard every line would still be scanned for a `]`.
     slow = ~F.col("fast")
     return [
         *steps,

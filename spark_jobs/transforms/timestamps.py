@@ -57,7 +57,7 @@ def event_time_millis(raw: Column, event_time: EventTimeConfig) -> Column:
         number = raw.try_cast("decimal(38,9)")
         scale = EPOCH_SCALE[event_time.format]
         exact = F.floor(number if scale == 1 else F.try_multiply(number, F.lit(scale)))
-        # A whole number (the usual case) converts as a long, several times cheaper;
+        # A whole number (the usual case) converts as a long, which is cheaper;
         # where both convert they agree, and anything else takes the decimal.
         whole = raw.try_cast("bigint")
         return F.coalesce(whole if scale == 1 else F.try_multiply(whole, F.lit(scale)), exact)

@@ -14,7 +14,7 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * <p>Without Hadoop's native library (pip's pyspark has none) {@link RawLocalFileSystem} runs
  * {@code readlink} for every link status, which every rename asks for its source and its
  * destination (and their checksum files), and {@code chmod} for every file it creates. A Delta
- * commit or a streaming checkpoint file therefore started 5 processes, about 3 ms of CPU each.
+ * commit or a streaming checkpoint file therefore started 5 processes.
  */
 public class PosixRawLocalFileSystem extends RawLocalFileSystem {
   @Override
