@@ -82,7 +82,7 @@ test-fast: setup
 	$(VENV)/bin/pytest -m "not slow and not spark"
 
 bench: setup
-	$(PY) -m tests.benchmarks.bench
+	PYTHONPATH=plugins $(PY) -m tests.benchmarks.bench $(BENCH_ARGS)
 
 # The pipeline live under a real `airflow standalone` until `make stop` (Airflow's state in .tidemark/, the
 # tables in ./lakehouse, every command's default).

@@ -24,14 +24,24 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.config import ConfigError
 from spark_jobs.engine import watermark_steps
+from spark_jobs.engine.late_merge import TimeRange, logged_merge
+from spark_jobs.engine.merge_requests import MergeRequest, MergeServer, requests_folder
 from spark_jobs.jobs.common import JobContext, exit_on_config_error, job_parser, run_streams, stream_session
 from spark_jobs.jobs.stages import STAGES, job_context, stage_streams
+from spark_jobs.tables import TableRegistry
 
 
 def run(spark: SparkSession, pipeline: JobContext, flush: bool = False) -> int:
-    """Run the pipeline's streams in this application; the process exit code."""
+    """Run the pipeline's streams in this application; the process exit code. Running
+    continuously, the application serves late merges as well."""
     if pipeline.trigger == "continuous":
-        return run_streams([stream for stage in STAGES for stream in stage_streams(spark, pipeline, stage)])
+        streams = [stream for stage in STAGES for stream in stage_streams(spark, pipeline, stage)]
+        server = merge_server(spark.newSession(), pipeline.registry)
+        try:
+            return run_streams(streams)
+        finally:
+            if server is not None:
+                server.stop()
     for index, stage in enumerate(STAGES):
         code = run_streams(stage_streams(spark, pipeline, stage))
         if code != 0:
@@ -40,6 +50,20 @@ def run(spark: SparkSession, pipeline: JobContext, flush: bool = False) -> int:
             silver_checkpoint = job_context(pipeline, "silver").checkpoint
             watermark_steps.flush(spark.newSession(), pipeline.registry, after_stream=silver_checkpoint)
     return 0
+
+
+def merge_server(spark: SparkSession, registry: TableRegistry) -> MergeServer | None:
+    """The application's server of late merges, started (None where the lakehouse is not on a file system)."""
+    folder = requests_folder(registry.root, registry.config.name)
+    if folder is None:
+        return None
+
+    def merge(request: MergeRequest) -> str:
+        # The offline stream runs beside this server: it folds the claimed late tracks in.
+        window = TimeRange.parsed(request.start, request.end)
+        return logged_merge(spark, registry, window, offline_live=registry.config.offline is not None)
+
+    return MergeServer(folder, merge).start()
 
 
 @exit_on_config_error

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.engine import watermark_steps
+from spark_jobs.engine import late_merge, watermark_steps
 from spark_jobs.generator import land_files
-from spark_jobs.jobs import merge_late, silver
+from spark_jobs.jobs import silver
 from spark_jobs.jobs.common import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, INJECTED_CRASHES, InjectedCrash
 from spark_jobs.tables import TableRegistry
 from tests.integration.engine import BASE_MS, engine_config, payload, run_job_once, window_pairs_of
@@ -152,7 +152,7 @@ def scenario(spark, tmp_path, monkeypatch, plan: dict, watermark: dict = WATERMA
         ("flush", lambda: watermark_steps.flush(spark, registry)),
         ("gold", stream(spark, registry, "gold")),
         ("offline", stream(spark, registry, "offline")),
-        ("merge_late", lambda: merge_late.merge_late(spark, registry, merge_late.TimeRange())),
+        ("merge_late", lambda: late_merge.merge_late(spark, registry, late_merge.TimeRange())),
     ):
         run_crashing(monkeypatch, crash_in(plan, "end", what), action)
     return tables(spark, registry, [record for batch in batches for record in batch])
@@ -319,9 +319,9 @@ def late_merge_meanwhile(spark, tmp_path: Path, monkeypatch, crash_after: str | 
         silver_trigger()
     else:
         crash_once(monkeypatch, crash_after, silver_trigger)
-    merge_late.merge_late(spark, registry, merge_late.TimeRange())
+    late_merge.merge_late(spark, registry, late_merge.TimeRange())
     silver_trigger()
-    merge_late.merge_late(spark, registry, merge_late.TimeRange())
+    late_merge.merge_late(spark, registry, late_merge.TimeRange())
     windows = spark.read.format("delta").load(registry.silver.path)
     rows = Counter(
         tuple(row)

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.delta_txn import Transaction
-from spark_jobs.engine import detector
+from spark_jobs.engine import detector, late_merge
 from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.generator import START_MS, FleetSpec, generate, write_landing
 from spark_jobs.jobs import gold, merge_late, offline
@@ -243,7 +243,7 @@ def test_the_offline_stream_folds_in_the_tracks_a_merge_claimed_and_a_crash_insi
 ):
     _, registry = copy_of(unflushed_fleet, tmp_path)
     # A merge that claimed the late tracks and stopped, as one that left them to the stream.
-    assert merge_late.claim_late_tracks(spark, registry, merge_late.TimeRange(), "run-a") > 0
+    assert late_merge.claim_late_tracks(spark, registry, late_merge.TimeRange(), "run-a") > 0
     assert silver_job.flush(spark, registry)
     checkpoint = join(registry.root, "_checkpoints", registry.config.name, "offline")
     context = JobContext("offline", registry.config, registry, "available-now", 1_000, checkpoint)
@@ -272,9 +272,9 @@ def test_a_claim_is_found_by_its_run_id_however_many_commits_came_after_it(
     spark, unflushed_fleet, tmp_path, monkeypatch
 ):
     _, registry = copy_of(unflushed_fleet, tmp_path)
-    monkeypatch.setattr(merge_late, "CLAIM_LOOKBACK", 2)
+    monkeypatch.setattr(late_merge, "CLAIM_LOOKBACK", 2)
     path = registry.quarantine.path
-    version = merge_late.claim(spark, registry, "run-a", merge_late.TimeRange())
+    version = late_merge.claim(spark, registry, "run-a", late_merge.TimeRange())
     # Delta's own history is the oracle: the claim's commit carries the run id.
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`")
     assert version == history.where("userMetadata = 'tidemark-claim:run-a'").first().version
@@ -286,13 +286,13 @@ def test_a_claim_is_found_by_its_run_id_however_many_commits_came_after_it(
         .withColumn("status", F.lit("merged"))
         .withColumn("merge_run_id", F.lit(None).cast("string"))
     )
-    appended = 3 * merge_late.CLAIM_LOOKBACK + 1
+    appended = 3 * late_merge.CLAIM_LOOKBACK + 1
     for batch in range(appended):
         txn = Transaction(spark, path)
         txn.commit_append(txn.write(merged_row), f"append {batch}")
     assert table_version(spark, path) == version + appended
-    assert merge_late.claim_version(spark, registry, "run-a") == version
-    assert merge_late.claim_version(spark, registry, "run-b") is None
+    assert late_merge.claim_version(spark, registry, "run-a") == version
+    assert late_merge.claim_version(spark, registry, "run-b") is None
 
 
 def telemetry_line(device: str, minute: int) -> str:
@@ -413,7 +413,7 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
     with job_running("run", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms") as streams:
         # Every silver batch commits its clocks to the watermark history.
         clocks = registry.ops["watermark_history"].path
-        mark = merge_late.crash_point
+        mark = late_merge.crash_point
         held = []
 
         def hold_until_silver_commits(step: str) -> None:
@@ -427,7 +427,7 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
                 )
             mark(step)
 
-        monkeypatch.setattr(merge_late, "crash_point", hold_until_silver_commits)
+        monkeypatch.setattr(late_merge, "crash_point", hold_until_silver_commits)
         try:
             # Spark conditions are polled every second or two: each poll is a few Spark jobs,
             # CPU taken from the streams under test.
@@ -466,7 +466,7 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
     assert overlapped, "no merge folded records in while silver committed batches"
 
     silver_job.flush(spark, registry)
-    merge_late.merge_late(spark, registry, merge_late.TimeRange())
+    late_merge.merge_late(spark, registry, late_merge.TimeRange())
     checkpoint = join(registry.root, "_checkpoints", registry.config.name, "gold")
     assert (
         gold.run(spark, JobContext("gold", registry.config, registry, "available-now", 1_000, checkpoint))

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from tests.integration.sql_server import cookbook_statements, sql_server
 from tests.integration.test_late_merge import assert_reconciles, quarantine_by_status
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(2400)]
+MERGE_WITHIN_S = 180
 
 
 def text_of(chromium: DevTools, selector: str) -> str | None:
@@ -128,6 +130,10 @@ def test_the_live_demo_advances_on_the_page_merges_from_its_button_and_reconcile
         assert airflow.wait_for_run(demo.LATE_MERGE, run_id) == "success"
         run = airflow.request("GET", f"/api/v2/dags/{demo.LATE_MERGE}/dagRuns/{run_id}")
         assert run["conf"] == {"pipeline": "telemetry"} and run["run_type"] == "manual"
+        # Beside the live streams a merge finishes, and soon: one that raced them for what they
+        # write ran for minutes or failed after its retries.
+        started, ended = (datetime.fromisoformat(run[key]) for key in ("start_date", "end_date"))
+        assert (ended - started).total_seconds() <= MERGE_WITHIN_S
         chromium.wait_for(
             "document.querySelector('dd.backlog')?.dataset.pending === '0'",
             "the backlog to drop to zero on the refreshing page",

@@ -1,7 +1,8 @@
 """Ten late merges in a row beside a live pipeline at 1-second triggers, with late
-records in nearly every micro-batch and another Spark job loading the machine: each
-merge finishes, within a bounded number of conflicts, and nothing is lost or
-doubled. The merge never competes with a stream for what the stream writes."""
+records in nearly every micro-batch and another Spark job loading the machine, half
+in their own process and half served by the pipeline's application: each merge
+finishes, within a bounded number of conflicts, and nothing is lost or doubled. The
+merge never competes with a stream for what the stream writes."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.engine import late_merge
 from spark_jobs.generator import FleetSpec, generate, write_landing
-from spark_jobs.jobs import gold, merge_late
+from spark_jobs.jobs import gold
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.submit import spark_submit_binary, submit_env
 from spark_jobs.tables import join
@@ -82,9 +84,11 @@ def test_ten_merges_beside_a_live_pipeline_under_load_each_finish_and_lose_and_d
         feeder.start()
         try:
             wait_for(lambda: table_rows(spark, registry.quarantine.path) > 0, 300, "a quarantined record", 2)
-            for _ in range(MERGES):
+            for index in range(MERGES):
+                # Every other merge in its own process (here), the rest served by the application.
+                where = ("--here",) if index % 2 == 0 else ()
                 started = time.monotonic()
-                ran = run_here("merge_late", pipeline, lakehouse, streaming=False)
+                ran = run_here("merge_late", pipeline, lakehouse, *where, streaming=False)
                 outputs.append(ran.stdout)
                 assert ran.returncode == 0, ran.stdout[-3000:]
                 print(f"{time.monotonic() - started:.1f} s: {ran.stdout.strip().splitlines()[-1]}")
@@ -108,10 +112,12 @@ def test_ten_merges_beside_a_live_pipeline_under_load_each_finish_and_lose_and_d
     print(f"late records merged per merge: {merged}; retries per merge: {retries}")
     assert max(retries) <= MOST_RETRIES_PER_MERGE
     assert sum(merged) > 0
+    served = ["the pipeline application merged" in output for output in outputs]
+    assert served == [index % 2 == 1 for index in range(MERGES)]
 
     # End of input, the last late records merged, gold caught up: a batch computation.
     end_the_input(spark, registry)
-    merge_late.merge_late(spark, registry, merge_late.TimeRange())
+    late_merge.merge_late(spark, registry, late_merge.TimeRange())
     checkpoint = join(registry.root, "_checkpoints", registry.config.name, "gold")
     context = JobContext("gold", registry.config, registry, "available-now", 1_000, checkpoint)
     assert gold.run(spark, context) == 0

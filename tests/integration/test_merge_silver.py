@@ -1,4 +1,4 @@
-"""The late merge's silver write (``merge_late.merge_silver``) on tiny inline
+"""The late merge's silver write (``late_merge.merge_silver``) on tiny inline
 DataFrames: what it makes of closed windows, and that its footprint (the closed
 files of the windows it changes) never meets the silver stream's (the windows in
 play), so neither fails the other."""
@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_jobs.delta_txn import Rewrite
+from spark_jobs.engine import late_merge
 from spark_jobs.engine.window_store import fired_windows, in_play_writer
-from spark_jobs.jobs import merge_late
 from spark_jobs.tables import TableRegistry, create_if_missing, table_version
 from spark_jobs.transforms.windows import CLOSED, FIRED
 from tests.integration.test_window_store import (
@@ -81,9 +81,9 @@ def registry(spark, tmp_path) -> TableRegistry:
 
 
 def merge(spark, registry: TableRegistry, records: list[tuple[int, str, float]], txn=TXN) -> Rewrite | None:
-    partials = merge_late.late_partials(late_rows(spark, records), registry)
+    partials = late_merge.late_partials(late_rows(spark, records), registry)
     starts = sorted({datetime.fromtimestamp(minute * MINUTE / 1000, UTC) for minute, _, _ in records})
-    return merge_late.merge_silver(spark, registry, partials, starts, txn, NOW, "merge:test")
+    return late_merge.merge_silver(spark, registry, partials, starts, txn, NOW, "merge:test")
 
 
 def test_late_records_are_folded_into_their_closed_windows_and_open_new_ones_closed(spark, registry):
@@ -147,13 +147,13 @@ def test_a_merge_committing_inside_a_silver_stream_write_does_not_fail_it(spark,
 
 
 def test_a_silver_stream_write_committing_inside_the_merge_does_not_fail_it(spark, registry, monkeypatch):
-    folded = merge_late.with_late_partials
+    folded = late_merge.with_late_partials
 
     def with_the_stream_inside(closed, partials, config, now):
         in_play_writer(registry).overwrite(spark, closing_everything, "stream:1")
         return folded(closed, partials, config, now)
 
-    monkeypatch.setattr(merge_late, "with_late_partials", with_the_stream_inside)
+    monkeypatch.setattr(late_merge, "with_late_partials", with_the_stream_inside)
 
     assert merge(spark, registry, [(0, "d1", 40.0)]) is not None
     assert windows(spark, registry) == {
