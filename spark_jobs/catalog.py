@@ -17,8 +17,10 @@ from typing import Protocol
 from pyspark.sql import SparkSession
 
 from spark_jobs.config import load_pipeline
+from spark_jobs.lakehouse.files import hadoop_file
+from spark_jobs.lakehouse.log import has_commits
 from spark_jobs.sql import quote_identifier, string_literal
-from spark_jobs.tables import LAYERS, TableRef, TableRegistry, hadoop_file, has_commits, join
+from spark_jobs.tables import LAYERS, TableRef, TableRegistry, join
 
 
 class Located(Protocol):

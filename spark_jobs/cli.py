@@ -22,6 +22,7 @@ from spark_jobs.arguments import (
     with_examples,
 )
 from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
+from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.sql_client import DEFAULT_HOST, DEFAULT_PORT, FORMATS
 
 if TYPE_CHECKING:  # the CLI imports Spark only for the commands that need it
@@ -57,7 +58,7 @@ def _tables(args: argparse.Namespace) -> int:
 
         spark = build_session(f"tidemark-tables-{config.name}")
         if args.create:
-            created = {table.sql_name for table in registry.create_missing(spark)}
+            created = {table.sql_name for table in create_missing(spark, registry)}
         if args.counts:
             counts = _row_counts(spark, registry)
         spark.stop()

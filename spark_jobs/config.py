@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 import yaml
 
 from spark_jobs.eventtime.generators import STRATEGIES, GeneratorError, WatermarkSpec
+from spark_jobs.eventtime.measures import MEASURES
 from spark_jobs.eventtime.model import Rules
 from spark_jobs.eventtime.windows import WindowSpec
-from spark_jobs.transforms.aggregates import AGGREGATES
 
 # Matched whole (fullmatch): `$` alone would let a trailing newline through.
 PIPELINE_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -656,16 +656,16 @@ def _measures(value: Any, schema: Mapping[str, str], key: tuple[str, ...]) -> di
         _column(column, schema, field)
         names = [functions] if isinstance(functions, str) else functions
         if not isinstance(names, list) or not names:
-            raise ConfigError(field, f"expected a list of aggregates from {', '.join(AGGREGATES)}")
+            raise ConfigError(field, f"expected a list of aggregates from {', '.join(MEASURES)}")
         for function in names:
             if function in NOT_MERGEABLE:
                 raise ConfigError(
                     field,
                     f"{function!r} is not mergeable, so late records could not be folded in later; "
-                    f"use one of {', '.join(AGGREGATES)}",
+                    f"use one of {', '.join(MEASURES)}",
                 )
-            _one_of(function, tuple(AGGREGATES), field)
-            if AGGREGATES[function].numeric_only and schema[column] not in NUMERIC_TYPES:
+            _one_of(function, tuple(MEASURES), field)
+            if MEASURES[function].numeric_only and schema[column] not in NUMERIC_TYPES:
                 raise ConfigError(field, f"{function} needs a numeric column; {column} is {schema[column]}")
             if f"{column}_{function}".lower() in taken:
                 raise ConfigError(field, f"{column}_{function} would shadow a silver column")

@@ -1,9 +1,15 @@
-"""The driver's handles on Java classes."""
+"""The driver's JVM: handles on its Java classes, and the class-data-sharing archive
+its options name (made by :mod:`spark_jobs.jvm_archive`)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
+
+from spark_jobs.jars import jars_dir
 
 
 def java_class(spark: SparkSession, name: str) -> JavaClass:
@@ -13,3 +19,26 @@ def java_class(spark: SparkSession, name: str) -> JavaClass:
     and each is a class lookup that fails through every jar on the class path; a class
     made from its name is one lookup."""
     return JavaClass(name, spark._jvm._gateway_client)
+
+
+# Set by the training run: the driver then writes its loaded classes to this path.
+DUMP_VARIABLE = "TIDEMARK_JVM_ARCHIVE_DUMP"
+
+
+# A missing, stale or foreign archive must cost nothing, not even a warning per job.
+QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def archive_path() -> Path:
+    """Beside the jars: ``<jars_dir>/../jvm/spark-classes.jsa``."""
+    return jars_dir().parent / "jvm" / "spark-classes.jsa"
+
+
+def driver_java_options() -> str:
+    """The driver's JVM options for the archive: write it (training run), use it
+    (it exists), or nothing."""
+    dump = os.environ.get(DUMP_VARIABLE)
+    if dump:
+        return f"-XX:ArchiveClassesAtExit={dump} {QUIET}"
+    archive = archive_path()
+    return f"-XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else ""

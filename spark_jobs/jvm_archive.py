@@ -23,28 +23,9 @@ import tempfile
 from contextlib import suppress
 from pathlib import Path
 
-from spark_jobs.jars import jars_dir
+from spark_jobs.jvm import DUMP_VARIABLE, archive_path
 
-# Set by the training run: the driver then writes its loaded classes to this path.
-DUMP_VARIABLE = "TIDEMARK_JVM_ARCHIVE_DUMP"
-# A missing, stale or foreign archive must cost nothing, not even a warning per job.
-QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 TRAINING_RECORDS, TRAINING_BATCHES = 24, 4
-
-
-def archive_path() -> Path:
-    """Beside the jars: ``<jars_dir>/../jvm/spark-classes.jsa``."""
-    return jars_dir().parent / "jvm" / "spark-classes.jsa"
-
-
-def driver_java_options() -> str:
-    """The driver's JVM options for the archive: write it (training run), use it
-    (it exists), or nothing."""
-    dump = os.environ.get(DUMP_VARIABLE)
-    if dump:
-        return f"-XX:ArchiveClassesAtExit={dump} {QUIET}"
-    archive = archive_path()
-    return f"-XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else ""
 
 
 def train(work: Path) -> None:

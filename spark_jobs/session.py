@@ -32,7 +32,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from spark_jobs.jars import local_jars
-from spark_jobs.jvm_archive import driver_java_options
+from spark_jobs.jvm import driver_java_options
 from spark_jobs.posix_fs import HADOOP_CONF
 
 DEFAULT_MASTER = "local[*]"

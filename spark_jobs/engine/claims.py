@@ -10,7 +10,7 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.delta_txn import Rewrite, retry_on_conflict, rewrite_files
+from spark_jobs.lakehouse.transaction import Rewrite, retry_on_conflict, rewrite_files
 from spark_jobs.sql import is_in_sql, string_literal
 
 PENDING, MERGED = "pending", "merged"

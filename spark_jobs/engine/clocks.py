@@ -15,12 +15,14 @@ from delta.tables import DeltaTable
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.delta_txn import MissingColumns, Transaction, partition_writer, retry_on_conflict
 from spark_jobs.engine.judging import Summary
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.eventtime.clock_log import ClockState, clock_entry, clock_state, snapshot_version
 from spark_jobs.eventtime.tracker import PartitionInput, WatermarkTracker
-from spark_jobs.jobs.common import delta_txn
+from spark_jobs.lakehouse.log import changed_by_others, commits, never_written, table_version
+from spark_jobs.lakehouse.reads import change_feed
+from spark_jobs.lakehouse.transaction import MissingColumns, Transaction, partition_writer, retry_on_conflict
+from spark_jobs.lakehouse.writes import delta_txn
 from spark_jobs.sources.progress import (
     SourceProgress,
     known_partitions,
@@ -29,15 +31,7 @@ from spark_jobs.sources.progress import (
     written_partitions,
 )
 from spark_jobs.sql import local_rows, string_literal
-from spark_jobs.tables import (
-    PARTITION_CLOCKS_TYPE,
-    TableRegistry,
-    change_feed,
-    changed_by_others,
-    commits,
-    never_written,
-    table_version,
-)
+from spark_jobs.tables import PARTITION_CLOCKS_TYPE, TableRegistry
 
 
 @dataclass(frozen=True)
@@ -276,7 +270,7 @@ def append_history(
 ) -> None:
     """Append ``rows`` to ``ops.watermark_history``, labelled ``label`` (userMetadata),
     once under ``txn`` (app id, version) if given: a few rows, written from the driver
-    (:meth:`~spark_jobs.delta_txn.Transaction.write_rows`, no Spark job). A history
+    (:meth:`~spark_jobs.lakehouse.transaction.Transaction.write_rows`, no Spark job). A history
     table written before ``partition_clocks`` existed gains the column with its first
     step, through Spark's writer with the schema merged."""
     table = registry.ops["watermark_history"]

@@ -14,17 +14,15 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.delta_txn import insert_into_empty, read_latest, retry_on_conflict
 from spark_jobs.engine import claims
 from spark_jobs.eventtime.clock import MIN_WATERMARK
-from spark_jobs.jobs.common import (
-    USER_METADATA,
-    crash_point,
-    session_settings,
-    txn_settings,
-)
+from spark_jobs.faults import crash_point
+from spark_jobs.lakehouse.log import commits, table_version
+from spark_jobs.lakehouse.reads import change_feed
+from spark_jobs.lakehouse.transaction import insert_into_empty, read_latest, retry_on_conflict
+from spark_jobs.lakehouse.writes import USER_METADATA, session_settings, txn_settings
 from spark_jobs.sql import column_of, local_rows, null_safe_match, quote_identifier, string_literal
-from spark_jobs.tables import TableRef, TableRegistry, change_feed, commits, table_version
+from spark_jobs.tables import TableRef, TableRegistry
 from spark_jobs.transforms.offline import detection_watermark, transitions
 from spark_jobs.transforms.windows import is_marker, record_millis, with_starting_watermark
 

@@ -12,8 +12,8 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from spark_jobs.delta_txn import insert_into_empty, read_latest, retry_on_conflict
-from spark_jobs.jobs.common import USER_METADATA, session_settings, txn_settings
+from spark_jobs.lakehouse.transaction import insert_into_empty, read_latest, retry_on_conflict
+from spark_jobs.lakehouse.writes import USER_METADATA, session_settings, txn_settings
 from spark_jobs.sql import local_rows, null_safe_match
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.gold import grain_keys, rollup

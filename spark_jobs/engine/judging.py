@@ -14,8 +14,9 @@ from pyspark.sql import functions as F
 
 from spark_jobs.eventtime.generators import DISORDER_PERMILLE, PartitionInput
 from spark_jobs.eventtime.windows import WindowSpec, is_cleaned
+from spark_jobs.lakehouse.reads import change_feed
 from spark_jobs.sql import quote_identifier
-from spark_jobs.tables import TableRegistry, change_feed
+from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.windows import (
     is_marker,
     record_millis,

@@ -40,13 +40,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import ConfigError
-from spark_jobs.delta_txn import ConflictsExhausted, Rewrite, retry_on_conflict, rewrite_files
 from spark_jobs.engine import claims, detector
 from spark_jobs.engine.gold_store import changed_keys, refresh_gold
 from spark_jobs.engine.window_store import with_late_partials
-from spark_jobs.jobs.common import RunLog, RunTotals, crash_point
+from spark_jobs.faults import crash_point
+from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.log import commits, table_version
+from spark_jobs.lakehouse.runs import RunLog, RunTotals
+from spark_jobs.lakehouse.transaction import ConflictsExhausted, Rewrite, retry_on_conflict, rewrite_files
 from spark_jobs.sql import timestamp_literal
-from spark_jobs.tables import TableRegistry, commits, table_version
+from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.aggregates import partial_aggregates
 from spark_jobs.transforms.windows import CLOSED
 
@@ -312,7 +315,7 @@ def merge_late(
     The late tracks are claimed first, so that a live offline stream folds them in
     while the merge writes silver; ``offline_live`` says it runs (:func:`fold_late_tracks`)."""
     progress = Progress()
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     total = MergeReport()
     pending = pending_claims(spark, registry, window)
     progress.done("pending rows read")

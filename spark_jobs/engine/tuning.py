@@ -34,9 +34,10 @@ from spark_jobs.engine.judging import read_bronze_history, timed_records, versio
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
 from spark_jobs.eventtime.generators import WatermarkSpec
 from spark_jobs.eventtime.tracker import WatermarkTracker
+from spark_jobs.lakehouse.log import table_version
 from spark_jobs.sources import source_reports
 from spark_jobs.sql import local_rows
-from spark_jobs.tables import TableRegistry, table_version
+from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.windows import assign_windows, is_cleaned, is_fired
 
 QUANTILES = (0.5, 0.95)

@@ -14,7 +14,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from spark_jobs.engine.tuning import Outcome
-from spark_jobs.tables import create_if_missing, tuning_table
+from spark_jobs.lakehouse.create import create_if_missing
+from spark_jobs.tables import tuning_table
 from spark_jobs.tradeoff import tradeoff_points
 
 HEADERS = (

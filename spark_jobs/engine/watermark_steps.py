@@ -19,8 +19,11 @@ from spark_jobs.engine.clocks import (
 )
 from spark_jobs.engine.window_store import fire_due
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
-from spark_jobs.jobs.common import crash_point, stream_app_id
-from spark_jobs.tables import TableRegistry, batch_metadata
+from spark_jobs.faults import crash_point
+from spark_jobs.lakehouse.checkpoints import stream_app_id
+from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.log import batch_metadata
+from spark_jobs.tables import TableRegistry
 
 
 def flush(spark: SparkSession, registry: TableRegistry, after_stream: str | None = None) -> bool:
@@ -30,7 +33,7 @@ def flush(spark: SparkSession, registry: TableRegistry, after_stream: str | None
     ``after_stream``: the checkpoint of a silver stream that ran in this process just
     before (a replay, ``--flush``): the clock it left in memory is taken instead of
     being read back from two tables (unless another writer has committed to them)."""
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     if after_stream is None:
         saved = load_clock(spark, registry)
     else:

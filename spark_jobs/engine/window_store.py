@@ -14,8 +14,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig, once_per_pipeline
-from spark_jobs.delta_txn import PartitionWriter, partition_writer, retry_on_conflict
 from spark_jobs.engine.clocks import VersionClock
+from spark_jobs.lakehouse.transaction import PartitionWriter, partition_writer, retry_on_conflict
 from spark_jobs.sql import column_of, null_safe_match, with_constants
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.aggregates import finished_measures, merged_measures
@@ -226,7 +226,7 @@ def write_windows(
     (:func:`updated_windows`), in one Delta commit labelled ``label``: windows it
     closes land in the closed partition beside them. Closed windows are neither
     read nor rewritten (DESIGN §4b). The commit names the files it replaces
-    (:class:`~spark_jobs.delta_txn.PartitionWriter`), so a stream's batch costs what
+    (:class:`~spark_jobs.lakehouse.transaction.PartitionWriter`), so a stream's batch costs what
     an append costs."""
     writer = in_play_writer(registry)
     config = registry.config

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_jobs.eventtime.generators import WatermarkSpec, quantile_timestamps
+from spark_jobs.eventtime.measures import MEASURES, python_value
 from spark_jobs.eventtime.tracker import PartitionInput, WatermarkTracker
 from spark_jobs.eventtime.windows import Window, WindowSpec, is_cleaned, is_fired
-from spark_jobs.transforms.aggregates import AGGREGATES, python_value
 
 OPEN, FIRED, CLOSED = "open", "fired", "closed"
 
@@ -74,7 +74,7 @@ class Rules:
         if self.allowed_lateness_ms < 0:
             raise ValueError("allowed_lateness_ms must not be negative")
         for column, aggregates in self.measures.items():
-            unknown = set(aggregates) - set(AGGREGATES)
+            unknown = set(aggregates) - set(MEASURES)
             if unknown:
                 raise ValueError(f"measure {column}: not mergeable: {sorted(unknown)}")
 

@@ -17,20 +17,20 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import ConfigError, PipelineConfig
+from spark_jobs.faults import crash_point
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
-    RunTotals,
     Stream,
-    crash_point,
     exit_on_config_error,
-    idempotent_append,
     job_parser,
     run_stream,
     stream_session,
     writer_stream,
 )
 from spark_jobs.jvm import java_class
+from spark_jobs.lakehouse.runs import RunTotals
+from spark_jobs.lakehouse.writes import idempotent_append
 from spark_jobs.sources import read_source
 from spark_jobs.sources.kafka import KafkaLatestOffsets, kafka_progress
 from spark_jobs.sources.progress import SourceProgress, written_metadata

@@ -32,19 +32,17 @@ from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
 from spark_jobs.engine.clocks import judged_version
 from spark_jobs.engine.watermark_steps import advance_idle
-from spark_jobs.jobs.common import (
-    RunLog,
-    RunTotals,
-    default_checkpoint,
-    exit_on_config_error,
-    folder_argument,
-)
+from spark_jobs.jobs.common import default_checkpoint, exit_on_config_error, folder_argument
+from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.log import table_version
+from spark_jobs.lakehouse.reads import change_feed
+from spark_jobs.lakehouse.runs import RunLog, RunTotals
 from spark_jobs.session import build_session
 from spark_jobs.sources import latest_source_report
 from spark_jobs.sources.files import committed_landing_files
 from spark_jobs.sources.kafka import KafkaBacklog, KafkaLatestOffsets, kafka_backlog
 from spark_jobs.sources.progress import DEFAULT_STALL_AFTER
-from spark_jobs.tables import TableRegistry, change_feed, table_version
+from spark_jobs.tables import TableRegistry
 
 STALLED_EXIT = 3
 
@@ -185,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     bronze_checkpoint = folder_argument(args.bronze_checkpoint, "--bronze-checkpoint")
     bronze_checkpoint = bronze_checkpoint or default_checkpoint(registry, "bronze")
     spark = build_session(f"tidemark-check-idle-{config.name}")
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     log = RunLog(spark, "check_idle", registry)
     log.started()
     now = datetime.now(UTC)

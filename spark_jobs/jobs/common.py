@@ -6,17 +6,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import os
 import signal
 import sys
-import threading
-import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.errors import StreamingQueryException
@@ -25,7 +19,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs.arguments import BAD_INPUT, TRIGGERS, config_error_message, print_error, with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline, parse_duration
-from spark_jobs.delta_txn import Transaction
+from spark_jobs.lakehouse.checkpoints import discard_unfinished_first_batch, stream_app_id
+from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.files import hadoop_file
+from spark_jobs.lakehouse.log import batch_landed, batch_metadata
+from spark_jobs.lakehouse.runs import RunLog, RunTotals
+from spark_jobs.lakehouse.transaction import Transaction
 from spark_jobs.session import (
     DEFAULT_MASTER,
     build_session,
@@ -34,19 +33,7 @@ from spark_jobs.session import (
     session_master,
 )
 from spark_jobs.sources.progress import SourceProgress
-from spark_jobs.tables import (
-    TableRef,
-    TableRegistry,
-    batch_landed,
-    batch_metadata,
-    hadoop_file,
-    join,
-    read_text,
-)
-
-CRASH_AFTER_VARIABLE = "TIDEMARK_CRASH_AFTER"
-CRASH_BY_VARIABLE = "TIDEMARK_CRASH_BY"
-TRACE_WRITES_VARIABLE = "TIDEMARK_TRACE_WRITES"
+from spark_jobs.tables import TableRef, TableRegistry, join
 
 
 def job_parser(job: str, description: str, examples: Sequence[str] = ()) -> argparse.ArgumentParser:
@@ -117,37 +104,6 @@ def folder_argument(path: str | None, field: str) -> str | None:
     return path
 
 
-def is_unfinished_log_write(name: str) -> bool:
-    """A temporary file of Spark's atomic checkpoint writes (``.<batch>.<uuid>.tmp``,
-    and its ``.crc``), left behind when the process died before the rename."""
-    return name.startswith(".") and (name.endswith(".tmp") or name.endswith(".tmp.crc"))
-
-
-def discard_unfinished_first_batch(spark: SparkSession, checkpoint: str) -> list[str]:
-    """Remove what a process killed while writing its first offset left in the
-    checkpoint's ``offsets`` and ``commits`` folders: only temporary files, and only
-    when no batch was ever logged. Spark would otherwise refuse to start batch 0
-    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY) and the job could never run again.
-    Returns the removed paths."""
-
-    filesystem, _ = hadoop_file(spark, checkpoint)
-
-    def entries(folder: str) -> list:
-        _, path = hadoop_file(spark, checkpoint, folder)
-        return [status.getPath() for status in filesystem.listStatus(path)] if filesystem.exists(path) else []
-
-    if any(path.getName().isdigit() for path in entries("offsets")):
-        return []
-    removed = []
-    for folder in ("offsets", "commits"):
-        for path in entries(folder):
-            if is_unfinished_log_write(path.getName()) and filesystem.delete(path, False):
-                removed.append(path.toString())
-    if removed:
-        print(f"tidemark: removed an unfinished first batch from {checkpoint}: {removed}", file=sys.stderr)
-    return removed
-
-
 def start_stream(
     frame: DataFrame, context: JobContext, batch_writer: Callable[[DataFrame, int], None]
 ) -> StreamingQuery:
@@ -162,22 +118,6 @@ def start_stream(
     else:
         writer = writer.trigger(processingTime=f"{context.interval_ms} milliseconds")
     return writer.start()
-
-
-def stream_app_id(spark: SparkSession, checkpoint: str) -> str:
-    """The streaming query's id, stored in its checkpoint: stable across restarts
-    from the same checkpoint, new when the checkpoint is reset (so a reset stream,
-    whose batch ids restart at 0, is not mistaken for a replay)."""
-    return json.loads(read_text(spark, checkpoint, "metadata"))["id"]
-
-
-@dataclass
-class RunTotals:
-    batches: int = 0
-    rows_in: int = 0
-    rows_out: int = 0
-    late: int = 0
-    rejected: int = 0
 
 
 class BatchWriter:
@@ -260,104 +200,6 @@ class BatchWriter:
         return filesystem.getFileStatus(metadata).getModificationTime()
 
 
-@contextmanager
-def session_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
-    """``settings`` on the session for the enclosed writes only."""
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key in settings:
-            spark.conf.unset(key)
-
-
-# The session setting that labels a Delta commit, so a writer can find its own
-# commit in the table's log again.
-USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-
-
-def txn_settings(app_id: str, version: int) -> dict[str, str]:
-    """The session settings that make Delta DML (MERGE, UPDATE) idempotent: Delta
-    skips it when this (app id, version) already committed to the table."""
-    return {
-        "spark.databricks.delta.write.txnAppId": app_id,
-        "spark.databricks.delta.write.txnVersion": str(version),
-    }
-
-
-def delta_txn(spark: SparkSession, app_id: str, version: int) -> AbstractContextManager[None]:
-    """Make the enclosed Delta DML idempotent (:func:`txn_settings`)."""
-    return session_settings(spark, txn_settings(app_id, version))
-
-
-def idempotent_append(
-    frame: DataFrame, table: TableRef, app_id: str, batch_id: int, user_metadata: str | None = None
-) -> None:
-    """Append ``frame`` to ``table`` unless this (app id, batch id) already committed to it."""
-    writer = frame.write.format("delta").mode("append")
-    writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
-    if user_metadata is not None:
-        writer = writer.option("userMetadata", user_metadata)
-    writer.save(table.path)
-
-
-@dataclass
-class RunLog:
-    """``ops.runs``: a ``running`` row when a job starts and a final row when it ends.
-
-    Both are blind appends, which never conflict with other writers; a run killed
-    with SIGKILL keeps only its ``running`` row. The latest row per ``run_id`` is
-    the run's state."""
-
-    spark: SparkSession
-    job: str
-    registry: TableRegistry
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-    _starting: threading.Thread | None = field(default=None, init=False, repr=False)
-
-    def _append(self, status: str, totals: RunTotals, message: str | None, ended: datetime | None) -> None:
-        duration = None if ended is None else int((ended - self.started_at).total_seconds() * 1000)
-        row = (
-            self.run_id,
-            self.job,
-            self.registry.config.name,
-            status,
-            totals.batches,
-            totals.rows_in,
-            totals.rows_out,
-            totals.late,
-            totals.rejected,
-            self.started_at,
-            ended,
-            duration,
-            message,
-        )
-        table = self.registry.ops["runs"]
-        # Written from the driver, without a Spark job, and through no session
-        # setting: the running row is appended while the job's first micro-batch may
-        # hold Delta txn settings on the job's session.
-        txn = Transaction(self.spark, table.path)
-        txn.commit_append(txn.write_rows([row], table.schema), f"tidemark-run:{self.run_id}:{status}")
-
-    def started(self) -> None:
-        """Append the ``running`` row beside the job's start-up, which need not wait
-        for a Delta commit; :meth:`ended` waits for it, so the final row always follows
-        it."""
-        self._starting = threading.Thread(
-            target=self._append,
-            args=("running", RunTotals(), None, None),
-            name=f"tidemark-run-log-{self.job}",
-        )
-        self._starting.start()
-
-    def ended(self, status: str, totals: RunTotals, message: str | None = None) -> None:
-        if self._starting is not None:
-            self._starting.join()
-        self._append(status, totals, message, datetime.now(UTC))
-
-
 @dataclass
 class Stream:
     """A job's streaming query, ready to start: what a driver needs to run it, alone
@@ -378,7 +220,7 @@ def writer_stream(
 ) -> Stream:
     """Create the pipeline's missing tables; the stream runs ``source`` through a
     ``foreachBatch`` writer of ``writer_type``."""
-    context.registry.create_missing(spark)
+    create_missing(spark, context.registry)
     totals = RunTotals()
     writer = writer_type(spark, context, totals)
     return Stream(spark, context, lambda: start_stream(source(), context, writer), totals, writer.close)
@@ -461,38 +303,6 @@ def nothing_to_do(job: str, registry: TableRegistry, section: str) -> int:
     every pipeline, and a missing section is not a failure."""
     print(f"tidemark {job}: pipeline {registry.config.name!r} has no {section} section; nothing to do")
     return 0
-
-
-class InjectedCrash(RuntimeError):
-    """A crash point reached with ``TIDEMARK_CRASH_BY=raise``."""
-
-
-# The crash points that raised in this process, in order, so a test can tell its
-# injected crash from any other failure of the job it crashed.
-INJECTED_CRASHES: list[str] = []
-
-
-def crash_point(step: str) -> None:
-    """Fault injection for crash tests, right after a write: with
-    ``TIDEMARK_CRASH_AFTER=<step>`` this process dies by SIGKILL here, as a kill -9
-    would leave it. With ``TIDEMARK_CRASH_BY=raise`` as well, the step raises
-    :class:`InjectedCrash` instead, so tests can crash a job run in their own session:
-    the tables and the checkpoint are left as a kill leaves them (what committed stays,
-    the micro-batch is replayed).
-
-    With ``TIDEMARK_TRACE_WRITES=<file>`` every write that committed is appended to
-    the file as it happens, so a test that kills the process can tell where the
-    kill landed."""
-    trace = os.environ.get(TRACE_WRITES_VARIABLE)
-    if trace:
-        with open(trace, "a") as written:
-            written.write(f"{time.time():.3f} {step}\n")
-    if os.environ.get(CRASH_AFTER_VARIABLE) != step:
-        return
-    if os.environ.get(CRASH_BY_VARIABLE) == "raise":
-        INJECTED_CRASHES.append(step)
-        raise InjectedCrash(step)
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def exit_on_config_error(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:

@@ -17,18 +17,19 @@ from datetime import UTC, datetime
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.engine.gold_store import changed_keys, refresh_gold
+from spark_jobs.faults import crash_point
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
     Stream,
-    crash_point,
     exit_on_config_error,
     job_parser,
     run_if_configured,
     stream_session,
     writer_stream,
 )
-from spark_jobs.tables import TableRegistry, change_feed, changed_rows
+from spark_jobs.lakehouse.reads import change_feed, changed_rows
+from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.gold import rolled_up
 
 

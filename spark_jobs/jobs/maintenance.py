@@ -24,8 +24,9 @@ from pyspark.sql import SparkSession
 from spark_jobs.arguments import with_examples
 from spark_jobs.catalog import qualified_name, register_tables
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
-from spark_jobs.delta_txn import retry_on_conflict
-from spark_jobs.jobs.common import RunLog, RunTotals, exit_on_config_error
+from spark_jobs.jobs.common import exit_on_config_error
+from spark_jobs.lakehouse.runs import RunLog, RunTotals
+from spark_jobs.lakehouse.transaction import retry_on_conflict
 from spark_jobs.session import build_session
 from spark_jobs.tables import TableRef, TableRegistry, join
 

@@ -41,20 +41,21 @@ from spark_jobs.engine.detector import (
     read_state,
     version_tracks,
 )
+from spark_jobs.faults import crash_point
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
-    RunTotals,
     Stream,
-    crash_point,
     exit_on_config_error,
     job_parser,
     run_if_configured,
     stream_session,
     writer_stream,
 )
+from spark_jobs.lakehouse.log import commits, readable_from_first_commit, table_version
+from spark_jobs.lakehouse.runs import RunTotals
 from spark_jobs.sql import local_rows
-from spark_jobs.tables import TableRegistry, commits, readable_from_first_commit, table_version
+from spark_jobs.tables import TableRegistry
 
 # A new query reads a history of at most this many commits from them, not from a
 # snapshot: the same rows, without the snapshot's Spark jobs (sort and index its files),

@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, PipelineConfig, load_pipeline
-from spark_jobs.engine.backfill import cut_batches, replay_batches, require_partitions
+from spark_jobs.jobs.backfill import cut_batches, replay_batches, require_partitions
 from spark_jobs.jobs.common import exit_on_config_error, folder_argument
 from spark_jobs.session import session_for_records
 

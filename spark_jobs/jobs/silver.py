@@ -60,20 +60,20 @@ from spark_jobs.engine.judging import (
 )
 from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.engine.window_store import write_windows
+from spark_jobs.faults import crash_point
 from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
-    RunTotals,
     Stream,
-    crash_point,
     exit_on_config_error,
     job_parser,
     run_stream,
     stream_session,
     writer_stream,
 )
+from spark_jobs.lakehouse.log import table_version
+from spark_jobs.lakehouse.runs import RunTotals
 from spark_jobs.sources import source_reports
-from spark_jobs.tables import table_version
 from spark_jobs.transforms.windows import (
     assign_windows,
     judge_pairs,

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
-from spark_jobs.engine.backfill import cut_batches, ingest_batches, require_partitions
 from spark_jobs.engine.tuning import CANDIDATE_HELP, CannotTune, parse_candidate, tune
 from spark_jobs.engine.tuning_report import as_json, chart_svg, save, table
 from spark_jobs.eventtime.generators import GeneratorError
+from spark_jobs.jobs.backfill import cut_batches, ingest_batches, require_partitions
 from spark_jobs.jobs.common import exit_on_config_error, folder_argument
 from spark_jobs.session import build_session, session_for_records
 from spark_jobs.tables import TableRegistry

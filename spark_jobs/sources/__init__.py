@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_jobs.lakehouse.log import Commit, commits, table_version
 from spark_jobs.sources.progress import REPORT_LOOKBACK, SourceProgress
-from spark_jobs.tables import Commit, TableRegistry, commits, table_version
+from spark_jobs.tables import TableRegistry
 
 
 def read_source(spark: SparkSession, registry: TableRegistry) -> DataFrame:

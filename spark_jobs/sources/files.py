@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 
 from spark_jobs.config import PipelineConfig, once_per_pipeline
-from spark_jobs.tables import hadoop_file, read_text
+from spark_jobs.lakehouse.files import hadoop_file, read_text
 from spark_jobs.transforms.parse import typed_read_schema
 
 JSON_LINES = "io.tidemark.bronze.JsonLinesFormat"

@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig
+from spark_jobs.lakehouse.files import read_text
 from spark_jobs.sources.progress import (
     PartitionOffsets,
     SourceProgress,
@@ -20,7 +21,6 @@ from spark_jobs.sources.progress import (
     kafka_lag,
     lag_stall,
 )
-from spark_jobs.tables import read_text
 
 
 def read_kafka(spark: SparkSession, config: PipelineConfig) -> DataFrame:

@@ -17,9 +17,9 @@ of one side (the measure's value for ``""``, its state for a state suffix).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
@@ -35,14 +35,12 @@ Part = Callable[[str], Column]
 
 @dataclass(frozen=True)
 class Aggregate:
-    numeric_only: bool
     value_type: Callable[[DataType], DataType]
     state: Mapping[str, DataType]
     partial: Callable[[Column, str], Mapping[str, Column]]
     merge: Callable[[Part, Part], Mapping[str, Column]]
     finish: Callable[[Part], Mapping[str, Column]]
     rollup: Callable[[Part], Column]
-    python: Callable[[Sequence[Any]], Any]
 
 
 def _either(target: Column, source: Column, combine: Column) -> Column:
@@ -82,82 +80,55 @@ def _value(s: Part) -> dict[str, Column]:
     return {"": s("")}
 
 
-def _python_sum(values: Sequence[Any]) -> Any:
-    return sum(values) if values else None
-
-
-def _python_min(values: Sequence[Any]) -> Any:
-    return min(values) if values else None
-
-
-def _python_max(values: Sequence[Any]) -> Any:
-    return max(values) if values else None
-
-
-def _python_avg(values: Sequence[Any]) -> Any:
-    return sum(values) / len(values) if values else None
-
-
+# One per measure the reference model knows (eventtime.measures.MEASURES).
 AGGREGATES: dict[str, Aggregate] = {
     "count": Aggregate(
-        numeric_only=False,
         value_type=lambda _: LongType(),
         state={},
         partial=lambda column, _: {"": F.count(column)},
         merge=lambda t, s: {"": t("") + s("")},
         finish=_value,
         rollup=lambda part: F.sum(part("")),
-        python=len,
     ),
     "sum": Aggregate(
-        numeric_only=True,
         value_type=_sum_type,
         state={},
         partial=lambda column, _: {"": F.sum(column)},
         merge=lambda t, s: {"": _either(t(""), s(""), t("") + s(""))},
         finish=_value,
         rollup=lambda part: F.sum(part("")),
-        python=_python_sum,
     ),
     "min": Aggregate(
-        numeric_only=False,
         value_type=lambda value_type: value_type,
         state={},
         partial=lambda column, _: {"": F.min(column)},
         merge=lambda t, s: {"": F.least(t(""), s(""))},
         finish=_value,
         rollup=lambda part: F.min(part("")),
-        python=_python_min,
     ),
     "max": Aggregate(
-        numeric_only=False,
         value_type=lambda value_type: value_type,
         state={},
         partial=lambda column, _: {"": F.max(column)},
         merge=lambda t, s: {"": F.greatest(t(""), s(""))},
         finish=_value,
         rollup=lambda part: F.max(part("")),
-        python=_python_max,
     ),
     "avg": Aggregate(
-        numeric_only=True,
         value_type=lambda _: DoubleType(),
         state={"_sum": DoubleType(), "_n": LongType()},
         partial=lambda column, _: {"_sum": F.sum(column.cast("double")), "_n": F.count(column)},
         merge=_merged_average,
         finish=lambda s: {"_sum": s("_sum"), "_n": s("_n"), "": _average(s)},
         rollup=lambda part: F.sum(part("_sum")) / F.nullif(F.sum(part("_n")), F.lit(0)),
-        python=_python_avg,
     ),
     "approx_distinct": Aggregate(
-        numeric_only=False,
         value_type=lambda _: LongType(),
         state={"_sketch": BinaryType()},
         partial=lambda column, type_name: {"_sketch": F.hll_sketch_agg(_hll_input(column, type_name))},
         merge=_merged_sketch,
         finish=lambda s: {"_sketch": s("_sketch"), "": _estimate(s("_sketch"))},
         rollup=lambda part: _estimate(F.hll_union_agg(part("_sketch"), True)),
-        python=lambda values: len(set(values)),
     ),
 }
 
@@ -221,8 +192,3 @@ def measure_types(
         if with_state:
             types |= {name + suffix: state_type for suffix, state_type in kind.state.items()}
     return types
-
-
-def python_value(function: str, values: Sequence[Any]) -> Any:
-    """The reference model's value of ``function`` over the non-null ``values``."""
-    return AGGREGATES[function].python(values)

@@ -81,7 +81,6 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig, load_pipeline
-from spark_jobs.delta_txn import forget_partition_writers
 from spark_jobs.engine import late_merge
 from spark_jobs.engine.clocks import forget_clocks
 from spark_jobs.engine.judging import LATE_REASON
@@ -89,6 +88,8 @@ from spark_jobs.engine.tuning import parse_candidate, tune
 from spark_jobs.generator import REGIONS, START_MS, FleetSpec, Generated, generate, write_landing
 from spark_jobs.jobs import bronze, silver
 from spark_jobs.jobs.common import JobContext
+from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.transaction import forget_partition_writers
 from spark_jobs.session import JVM_PROFILE_VARIABLE, build_session, profile_for_records
 from spark_jobs.submit import submit_command, submit_env
 from spark_jobs.tables import TableRef, TableRegistry, join
@@ -148,7 +149,7 @@ def measure(
     """Seconds taken by each contender over ``records``, in a lakehouse under ``work``."""
     registry = TableRegistry(config, str(work / "lakehouse"))
     write_landing(records, registry.landing_path, records_per_file)
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     checkpoints = join(registry.root, "_checkpoints")
 
     def context(job: str) -> JobContext:
@@ -353,7 +354,7 @@ def late_merge_history(
 ) -> TableRegistry:
     """A lakehouse with ``history_windows`` closed silver windows and gold rolled up from them."""
     registry = TableRegistry(config, str(root))
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     now = datetime.now(UTC)
     # A commit per stretch of time, as the silver stream writes: each file covers a
     # narrow window_start range, which is what lets the merge skip the others.

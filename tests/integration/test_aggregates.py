@@ -8,16 +8,21 @@ from types import SimpleNamespace
 
 import pytest
 
+from spark_jobs.eventtime.measures import MEASURES, python_value
 from spark_jobs.transforms.aggregates import (
     AGGREGATES,
     finished_measures,
     measure_rollups,
     merged_measures,
     partial_aggregates,
-    python_value,
 )
 
 pytestmark = pytest.mark.spark
+
+
+def test_every_measure_of_the_reference_model_has_its_spark_expressions():
+    assert set(AGGREGATES) == set(MEASURES)
+
 
 # Two windows' records of one key (None is a missing value), and all of them.
 FIRST, SECOND = [3, None, 7], [7, 1, None, 12]

@@ -15,8 +15,8 @@ from spark_jobs.cli import main as tidemark
 from spark_jobs.engine import clocks
 from spark_jobs.engine.clocks import backlog_beyond
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, send_to_kafka, write_landing
+from spark_jobs.lakehouse.log import commits, table_version
 from spark_jobs.sources.progress import written_partitions
-from spark_jobs.tables import commits, table_version
 from tests.integration.conftest import (
     assert_bronze_reconciles,
     delta_commits,

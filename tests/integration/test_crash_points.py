@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.engine import late_merge, watermark_steps
+from spark_jobs.faults import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, INJECTED_CRASHES, InjectedCrash
 from spark_jobs.generator import land_files
 from spark_jobs.jobs import silver
-from spark_jobs.jobs.common import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, INJECTED_CRASHES, InjectedCrash
 from spark_jobs.tables import TableRegistry
 from tests.integration.engine import BASE_MS, engine_config, payload, run_job_once, window_pairs_of
 

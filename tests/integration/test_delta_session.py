@@ -15,17 +15,14 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.jars import jars_dir, tidemark_jar_dir, token_provider_dir
-from spark_jobs.tables import (
+from spark_jobs.lakehouse.create import (
     ALL_FILES_IN_CHECKSUM,
-    LAYERS,
-    TableRegistry,
     create_if_missing,
+    create_missing,
     creation_lock,
-    discard_unfinished_creation,
-    has_commits,
-    ops_tables,
-    table_version,
 )
+from spark_jobs.lakehouse.log import discard_unfinished_creation, has_commits, table_version
+from spark_jobs.tables import LAYERS, TableRegistry, ops_tables
 from tests.generated_code import classes_compiled, expressions_compiled
 from tests.unit.test_config import PIPELINES
 
@@ -150,8 +147,8 @@ def test_a_pipeline_without_gold_or_offline_has_no_such_tables(tmp_path):
 def test_create_missing_is_idempotent_and_uses_the_explicit_schemas(spark, tmp_path):
     registry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(tmp_path))
 
-    first = registry.create_missing(spark)
-    second = registry.create_missing(spark)
+    first = create_missing(spark, registry)
+    second = create_missing(spark, registry)
 
     assert {t.sql_name for t in first} == {t.sql_name for t in registry.all()}
     assert second == []
@@ -192,7 +189,7 @@ def test_table_creation_waits_for_another_job_creating_tables_in_the_same_lakeho
     registry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(tmp_path))
     created: list = []
     with creation_lock(registry.root):
-        creating = threading.Thread(target=lambda: created.extend(registry.create_missing(spark)))
+        creating = threading.Thread(target=lambda: created.extend(create_missing(spark, registry)))
         creating.start()
         creating.join(timeout=3)
         assert creating.is_alive()
@@ -213,14 +210,14 @@ def checksum(table_path: str, version: int) -> dict:
 def test_creating_a_pipelines_tables_runs_no_spark_job_and_leaves_the_session_as_it_was(spark, tmp_path):
     registry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(tmp_path))
     before, setting = ungrouped_jobs(spark), spark.conf.get(ALL_FILES_IN_CHECKSUM, None)
-    assert registry.create_missing(spark)
+    assert create_missing(spark, registry)
     assert ungrouped_jobs(spark) == before
     assert spark.conf.get(ALL_FILES_IN_CHECKSUM, None) == setting
 
 
 def test_a_new_tables_checksum_lists_its_files_so_the_next_commits_list_theirs(spark, tmp_path):
     registry = TableRegistry(load_pipeline(PIPELINES / "telemetry.yaml"), str(tmp_path))
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     table = registry.ops["rejects"]
     assert checksum(table.path, 0)["allFiles"] == []
     row = Row(

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.jobs.common import session_settings
-from spark_jobs.tables import TableRegistry, join, readable_from_first_commit
+from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.log import readable_from_first_commit
+from spark_jobs.lakehouse.writes import session_settings
+from spark_jobs.tables import TableRegistry, join
 from tests.integration.engine import (
     BASE_MS,
     BOUNDED,
@@ -105,7 +107,7 @@ def test_a_new_detector_over_a_compacted_and_vacuumed_history_gives_the_replays_
     shutil.rmtree(join(registry.root, "_checkpoints", registry.config.name, "offline"))
     for table in (registry.offline_state, registry.status_events, registry.late_tracks):
         shutil.rmtree(table.path)
-    registry.create_missing(spark)
+    create_missing(spark, registry)
 
     assert run_job_once(spark, registry, "offline") == 0
     assert status_events(spark, registry) == replayed

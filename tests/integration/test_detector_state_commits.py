@@ -12,7 +12,9 @@ import pytest
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.engine.detector import last_changes, merge_state, offline_tables, read_state
-from spark_jobs.tables import TableRegistry, create_if_missing, table_version
+from spark_jobs.lakehouse.create import create_if_missing
+from spark_jobs.lakehouse.log import table_version
+from spark_jobs.tables import TableRegistry
 from tests.integration.engine import jobs_run
 
 pytestmark = pytest.mark.spark

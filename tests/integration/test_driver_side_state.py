@@ -24,15 +24,16 @@ from spark_jobs.engine.clocks import (
 from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
 from spark_jobs.eventtime.tracker import PartitionSnapshot, WatermarkTracker
-from spark_jobs.sql import local_rows
-from spark_jobs.tables import (
+from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.log import (
     CLOCK_SKEW_MS,
-    PARTITION_CLOCKS_TYPE,
     batch_landed,
     batch_metadata,
     changed_by_others,
     table_version,
 )
+from spark_jobs.sql import local_rows
+from spark_jobs.tables import PARTITION_CLOCKS_TYPE
 from tests.integration.conftest import registry_for, write_pipeline
 
 pytestmark = pytest.mark.spark
@@ -191,7 +192,7 @@ def test_a_table_younger_than_the_memory_invalidates_it(spark, tmp_path):
 
 def test_a_new_lakehouses_clock_is_known_from_the_log_without_a_spark_job(spark, tmp_path):
     registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     context = spark.sparkContext
     context.setJobGroup("new-clock", "the clock of a new lakehouse")
     try:
@@ -206,7 +207,7 @@ def test_a_new_lakehouses_clock_is_known_from_the_log_without_a_spark_job(spark,
 
 def test_a_clock_whose_only_step_is_the_end_of_input_is_read_from_the_history(spark, tmp_path):
     registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     assert flush(spark, registry)
     # The history holds the step; the partition clocks table was never written.
     assert load_clock(spark, registry).tracker.watermark == MAX_WATERMARK
@@ -234,7 +235,7 @@ def history_clocks(spark, registry) -> list[tuple]:
 
 def test_a_batchs_history_is_its_clock_commit_its_last_row_carrying_the_partition_clocks(spark, tmp_path):
     registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     append_batch_history(
         spark, registry, PLAN, {4: (3, 0), 5: (1, 2)}, tracker_with(registry, AFTER), "q:history"
     )
@@ -251,7 +252,7 @@ def test_a_batchs_history_is_its_clock_commit_its_last_row_carrying_the_partitio
 
 def test_the_clock_is_the_snapshot_brought_forward_by_the_steps_recorded_since_it(spark, tmp_path):
     registry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     before = PartitionSnapshot("0", 51, 50, 500, False, True)
     now = datetime.now(UTC)
     write_partition_clocks(spark, registry, tracker_with(registry, before), 3, ("q:watermarks", 0), now)
@@ -270,7 +271,7 @@ def test_a_history_written_before_partition_clocks_existed_is_read_and_gains_the
     name = registry.config.name
     step = (name, 3, 50, 1, 0, 2, 0, datetime(2026, 1, 1, tzinfo=UTC))
     spark.createDataFrame([step], old_schema).write.format("delta").save(history.path)
-    registry.create_missing(spark)  # every other table
+    create_missing(spark, registry)  # every other table
     before = PartitionSnapshot("0", 51, 50, 500, False, True)
     write_partition_clocks(
         spark, registry, tracker_with(registry, before), 3, ("q:watermarks", 0), datetime.now(UTC)
@@ -302,7 +303,7 @@ def test_clocks_written_before_generator_state_existed_are_read_and_gain_it(spar
         # Created, then written, as the jobs of that time did.
         spark.createDataFrame([], schema).write.format("delta").save(table.path)
         spark.createDataFrame([row], schema).write.format("delta").mode("append").save(table.path)
-    registry.create_missing(spark)  # every other table
+    create_missing(spark, registry)  # every other table
     saved = load_clock(spark, registry)
     # Clocks recorded before the generator: it starts afresh, with no state until its first batch.
     assert saved.tracker.snapshots() == [PartitionSnapshot("0", 51, 50, 500, False, True)]
@@ -327,7 +328,7 @@ def test_an_idleness_step_holds_the_clocks_after_a_batch_stamped_by_a_clock_ahea
         tmp_path, watermark={"strategy": "bounded", "max_out_of_orderness": "0s", "idleness": "1ms"}
     )
     registry = registry_for(pipeline, tmp_path / "lakehouse")
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     now = datetime.now(UTC)
     ahead_ms = int(now.timestamp() * 1000) + 3_600_000  # bronze's host an hour ahead of this one
     batch = [VersionClock(5, ahead_ms, MIN_WATERMARK, 200, 2, 0)]

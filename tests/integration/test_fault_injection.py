@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.eventtime.clock import MAX_WATERMARK
+from spark_jobs.faults import TRACE_WRITES_VARIABLE
 from spark_jobs.generator import FleetSpec, Manifest, generate, land_files, malformed_kinds
-from spark_jobs.jobs.common import TRACE_WRITES_VARIABLE
 from spark_jobs.submit import submit_env
 from tests.integration.conftest import (
     assert_bronze_reconciles,

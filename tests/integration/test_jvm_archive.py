@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from spark_jobs.jvm_archive import archive_path
+from spark_jobs.jvm import archive_path
 from spark_jobs.session import JVM_PROFILE_VARIABLE, JVM_PROFILES, spark_conf
 from spark_jobs.submit import spark_submit_binary, submit_env
 

@@ -16,20 +16,17 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.delta_txn import Transaction
 from spark_jobs.engine import detector, late_merge
 from spark_jobs.eventtime.clock import MAX_WATERMARK
+from spark_jobs.faults import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, INJECTED_CRASHES
 from spark_jobs.generator import START_MS, FleetSpec, generate, write_landing
 from spark_jobs.jobs import gold, merge_late, offline
 from spark_jobs.jobs import silver as silver_job
-from spark_jobs.jobs.common import (
-    CRASH_AFTER_VARIABLE,
-    CRASH_BY_VARIABLE,
-    INJECTED_CRASHES,
-    JobContext,
-)
+from spark_jobs.jobs.common import JobContext
 from spark_jobs.jobs.replay import replay
-from spark_jobs.tables import TableRegistry, join, table_version
+from spark_jobs.lakehouse.log import table_version
+from spark_jobs.lakehouse.transaction import Transaction
+from spark_jobs.tables import TableRegistry, join
 from tests.integration.conftest import (
     delta_commits,
     job_running,
@@ -409,7 +406,8 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
     # judged before the merge reached its claim, and the hold would wait in vain.
     half = len(fleet) // 2
     write_landing(fleet[:half], landing, 60)
-    # The pipeline's streams in their application; the merges in this process beside it.
+    # The pipeline's streams in their application; the merges in this process beside it (--here:
+    # not served by the application, which would merge sooner but out of this test's reach).
     with job_running("run", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms") as streams:
         # Every silver batch commits its clocks to the watermark history.
         clocks = registry.ops["watermark_history"].path
@@ -438,7 +436,7 @@ def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(sp
                 interval=1,
             )
             for _ in range(2):
-                assert run_here("merge_late", pipeline, lakehouse, streaming=False).returncode == 0
+                assert run_here("merge_late", pipeline, lakehouse, "--here", streaming=False).returncode == 0
             stream_alive = streams.poll() is None
             wait_for(
                 lambda: (

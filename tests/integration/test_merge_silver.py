@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from spark_jobs.delta_txn import Rewrite
 from spark_jobs.engine import late_merge
 from spark_jobs.engine.window_store import fired_windows, in_play_writer
-from spark_jobs.tables import TableRegistry, create_if_missing, table_version
+from spark_jobs.lakehouse.create import create_if_missing
+from spark_jobs.lakehouse.log import table_version
+from spark_jobs.lakehouse.transaction import Rewrite
+from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.windows import CLOSED, FIRED
 from tests.integration.test_window_store import (
     AT_FIRING,

@@ -12,9 +12,10 @@ from __future__ import annotations
 import pytest
 
 from spark_jobs.config import load_pipeline
+from spark_jobs.faults import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, INJECTED_CRASHES
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, write_landing
 from spark_jobs.jobs import merge_late, run
-from spark_jobs.jobs.common import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, INJECTED_CRASHES, JobContext
+from spark_jobs.jobs.common import JobContext
 from spark_jobs.tables import TableRegistry
 from tests.integration.conftest import assert_bronze_reconciles, write_pipeline
 from tests.integration.lakehouse_sql import (

@@ -13,9 +13,13 @@ from pyspark.sql import functions as F
 from spark_jobs.engine import clocks, watermark_steps
 from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.generator import FleetSpec, generate, land_files
-from spark_jobs.jobs.common import JobContext, RunTotals, default_checkpoint, stream_app_id
+from spark_jobs.jobs.common import JobContext, default_checkpoint
 from spark_jobs.jobs.silver import SilverBatchWriter
-from spark_jobs.tables import TableRegistry, join, table_version
+from spark_jobs.lakehouse.checkpoints import stream_app_id
+from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.log import table_version
+from spark_jobs.lakehouse.runs import RunTotals
+from spark_jobs.tables import TableRegistry, join
 from tests.integration.engine import (
     BASE_MS,
     assert_reconciles,
@@ -237,7 +241,7 @@ def test_a_silver_batch_commits_its_clocks_with_its_history_and_the_snapshot_wai
         [payload(partition, BASE_MS + minute * 60_000, "d1", 50.0, 1.0)]
         for minute, partition in ((1, 0), (2, 1), (3, 0))
     ]
-    registry.create_missing(spark)
+    create_missing(spark, registry)
     checkpoint = root / config.name / "silver-checkpoint"
     checkpoint.mkdir()
     (checkpoint / "metadata").write_text('{"id":"silver-writer"}')

@@ -17,6 +17,7 @@ from spark_jobs.catalog import FoundTable, lakehouse_tables, register_tables
 from spark_jobs.config import load_pipeline
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, write_landing
 from spark_jobs.jobs.replay import replay
+from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.submit import submit_env
 from spark_jobs.tables import TableRegistry
 from tests.integration.conftest import (
@@ -142,7 +143,7 @@ def test_queries_see_a_running_stream_commit_and_tables_created_later(spark, ser
 
     # A pipeline no file given to the server names: its tables, once created, are found.
     assert not served.rows("SHOW TABLES IN bronze LIKE 'fleet2'")
-    served.later.create_missing(spark)
+    create_missing(spark, served.later)
     wait_for(
         lambda: served.rows("SHOW TABLES IN bronze LIKE 'fleet2'"),
         300,

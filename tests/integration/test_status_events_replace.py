@@ -10,7 +10,8 @@ import pytest
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.engine.detector import replace_events
-from spark_jobs.tables import TableRegistry, create_if_missing
+from spark_jobs.lakehouse.create import create_if_missing
+from spark_jobs.tables import TableRegistry
 
 pytestmark = pytest.mark.spark
 

@@ -15,7 +15,8 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.jobs.common import JobContext, discard_unfinished_first_batch, start_stream, stream_app_id
+from spark_jobs.jobs.common import JobContext, start_stream
+from spark_jobs.lakehouse.checkpoints import discard_unfinished_first_batch, stream_app_id
 from spark_jobs.tables import TableRegistry
 from tests.unit.test_config import PIPELINES
 

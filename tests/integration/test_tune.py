@@ -15,11 +15,11 @@ import pytest
 from tidemark_airflow.lakehouse import latest_tuning
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.engine.backfill import cut_batches, ingest_batches
 from spark_jobs.engine.tuning import parse_candidate, tune
 from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.generator import FleetSpec, generate
 from spark_jobs.jobs import tune as tune_job
+from spark_jobs.jobs.backfill import cut_batches, ingest_batches
 from spark_jobs.jobs.replay import replay
 from tests.integration.conftest import registry_for, write_pipeline
 

@@ -12,7 +12,8 @@ from pyspark.sql import functions as F
 from spark_jobs.engine.clocks import VersionClock
 from spark_jobs.engine.window_store import updated_windows
 from spark_jobs.eventtime.clock import MIN_WATERMARK
-from spark_jobs.tables import TableRegistry, changed_rows
+from spark_jobs.lakehouse.reads import changed_rows
+from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.windows import CLOSED, FIRED, OPEN, in_play, window_partials
 from tests.generated_code import classes_compiled, expressions_compiled
 from tests.integration.engine import engine_config

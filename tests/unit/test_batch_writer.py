@@ -3,7 +3,8 @@ only one right after a batch it completed itself."""
 
 import pytest
 
-from spark_jobs.jobs.common import BatchWriter, RunTotals
+from spark_jobs.jobs.common import BatchWriter
+from spark_jobs.lakehouse.runs import RunTotals
 
 
 class Writer(BatchWriter):

@@ -12,7 +12,8 @@ from pyspark.sql.types import BooleanType, DoubleType, IntegerType, LongType, St
 from tidemark_airflow import lakehouse
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.tables import TableRef, TableRegistry, create_if_missing, tuning_table
+from spark_jobs.lakehouse.create import create_if_missing
+from spark_jobs.tables import TableRef, TableRegistry, tuning_table
 
 PIPELINES = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines"
 MIN, MAX = lakehouse.MIN_WATERMARK, lakehouse.MAX_WATERMARK

@@ -4,7 +4,7 @@ from dataclasses import replace
 import pytest
 
 from spark_jobs.config import ConfigError, load_pipeline
-from spark_jobs.engine.backfill import batches_by_column, batches_by_size, column_values, replay_config
+from spark_jobs.jobs.backfill import batches_by_column, batches_by_size, column_values, replay_config
 from tests.unit.test_config import PIPELINES
 
 

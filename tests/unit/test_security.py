@@ -121,7 +121,7 @@ SPARK_TEXT_CALLS = {"col", "expr", "sql", "selectExpr", "where", "filter", "merg
 # (file, interpolated expression): why it is safe.
 SQL_ALLOWED = {
     ("spark_jobs/jobs/maintenance.py", "name"): "name = qualified_name(table), quoted",
-    ("spark_jobs/jobs/merge_late.py", "run_id"): "an error message that mentions NULL, not SQL",
+    ("spark_jobs/engine/late_merge.py", "run_id"): "an error message that mentions NULL, not SQL",
     ("spark_jobs/engine/claims.py", "in_range"): "SQL text of TimeRange.sql: timestamp_literal values",
 }
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import jvm_archive, session
+from spark_jobs import jvm, session
 from spark_jobs.jobs import common, replay, silver
-from spark_jobs.jvm_archive import DUMP_VARIABLE
+from spark_jobs.jvm import DUMP_VARIABLE
 from spark_jobs.session import (
     DEFAULT_PARALLELISM,
     JVM_PROFILE_VARIABLE,
@@ -39,7 +39,7 @@ def test_jobs_start_without_the_spark_ui_unless_asked_for_it(monkeypatch):
 def test_a_driver_maps_the_class_archive_when_setup_built_one(monkeypatch, tmp_path):
     monkeypatch.delenv(DUMP_VARIABLE, raising=False)
     archive = tmp_path / "spark-classes.jsa"
-    monkeypatch.setattr(jvm_archive, "archive_path", lambda: archive)
+    monkeypatch.setattr(jvm, "archive_path", lambda: archive)
     assert "SharedArchiveFile" not in spark_conf()["spark.driver.extraJavaOptions"]
     archive.write_bytes(b"archive")
     options = spark_conf()["spark.driver.extraJavaOptions"]

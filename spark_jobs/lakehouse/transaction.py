@@ -60,16 +60,9 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs.jvm import java_class
+from spark_jobs.lakehouse.files import hadoop_file
+from spark_jobs.lakehouse.log import DELTA_LOG, Commit, batch_label, changed_by_others, commits, table_version
 from spark_jobs.sql import is_in_sql, quote_identifier
-from spark_jobs.tables import (
-    DELTA_LOG,
-    Commit,
-    batch_label,
-    changed_by_others,
-    commits,
-    hadoop_file,
-    table_version,
-)
 
 JavaObject = Any
 SCALA_CONVERTERS = "scala.jdk.javaapi.CollectionConverters"
@@ -151,9 +144,13 @@ class Transaction:
         """The data files at the version read that may hold rows where ``condition`` (SQL)
         holds, pruned by their partition values and statistics (a Spark job the first
         time a version's state is needed). Declares no read (:meth:`read_files`)."""
-        resolved = self.frame([]).where(condition)._jdf.queryExecution().analyzed().condition()
+        analyzed = self.frame([]).where(condition)._jdf.queryExecution().analyzed()
+        # Literals folded (a cast of one defeats the statistics), and conjuncts apart: Delta
+        # prunes by partitions and statistics only with each in its own filter.
+        folded = getattr(self._class("org.apache.spark.sql.catalyst.optimizer.ConstantFolding$"), "MODULE$")
+        filters = _conjuncts(folded.apply(analyzed).condition())
         # Their record counts kept: a rewrite tells how many rows it removed.
-        scan = self._txn.snapshot().filesForScan(self._scala_seq([resolved]), True)
+        scan = self._txn.snapshot().filesForScan(self._scala_seq(filters), True)
         return self._python_list(scan.files())
 
     def read_files(self, files: Sequence[JavaObject]) -> None:
@@ -347,6 +344,13 @@ class Transaction:
         # against every exception class they know).
         items = self._class(SCALA_CONVERTERS).asJava(seq)
         return [items.get(index) for index in range(items.size())]
+
+
+def _conjuncts(expression: JavaObject) -> list[JavaObject]:
+    """The terms of a conjunction (``a AND (b AND c)``: a, b, c)."""
+    if expression.getClass().getSimpleName() != "And":
+        return [expression]
+    return [*_conjuncts(expression.left()), *_conjuncts(expression.right())]
 
 
 def partition_value(file: JavaObject, column: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Delta transactions Tidemark drives itself (``spark_jobs.delta_txn``): a partition
+"""Delta transactions Tidemark drives itself (``spark_jobs.lakehouse.transaction``): a partition
 writer that names the files it replaces, and tables created by one commit. Each
 outcome is checked against what Delta's own APIs say of the table."""
 
@@ -14,7 +14,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from spark_jobs.delta_txn import (
+from spark_jobs.jvm import java_class
+from spark_jobs.lakehouse.create import create_if_missing
+from spark_jobs.lakehouse.log import DELTA_LOG, batch_metadata
+from spark_jobs.lakehouse.transaction import (
     CONFLICTS,
     ConflictsExhausted,
     PartitionWriter,
@@ -23,9 +26,8 @@ from spark_jobs.delta_txn import (
     read_latest,
     retry_on_conflict,
 )
-from spark_jobs.jvm import java_class
 from spark_jobs.sql import is_in_sql, local_rows
-from spark_jobs.tables import DELTA_LOG, TableRef, batch_metadata, create_if_missing, ops_tables
+from spark_jobs.tables import TableRef, ops_tables
 from tests.integration.engine import jobs_run
 
 pytestmark = pytest.mark.spark

@@ -1,0 +1,28 @@
+"""Files of the lakehouse through Hadoop's FileSystem, as Spark reaches them: local
+paths and object stores alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from spark_jobs.jvm import java_class
+from spark_jobs.tables import join
+
+
+def hadoop_file(spark: SparkSession, path: str, *parts: str) -> tuple[Any, Any]:
+    """(the Hadoop FileSystem, the Hadoop Path) of ``path`` joined with ``parts``:
+    local folders and object stores alike, through the session's Hadoop settings."""
+    hadoop_path = java_class(spark, "org.apache.hadoop.fs.Path")(join(path, *parts))
+    return hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), hadoop_path
+
+
+def read_text(spark: SparkSession, path: str, *parts: str) -> str:
+    """A small file's text through Hadoop's FileSystem (``spark.read`` would be a job)."""
+    filesystem, hadoop_path = hadoop_file(spark, path, *parts)
+    stream = filesystem.open(hadoop_path)
+    try:
+        return java_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
+    finally:
+        stream.close()

@@ -1,0 +1,37 @@
+"""Reads of a Delta table's change feed, and the rows a commit really changed."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, DataFrameReader
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import DataStreamReader
+
+
+def change_feed(
+    reader: DataFrameReader | DataStreamReader, path: str, first: int = 0, last: int | None = None
+) -> DataFrame:
+    """A Delta table's change feed from version ``first`` (through ``last``), read
+    by ``reader`` (``spark.read`` or ``spark.readStream``)."""
+    reader = reader.format("delta").option("readChangeFeed", "true").option("startingVersion", first)
+    if last is not None:
+        reader = reader.option("endingVersion", last)
+    return reader.load(path)
+
+
+AFTER_CHANGE = ("insert", "update_postimage")
+
+
+BEFORE_CHANGE = ("delete", "update_preimage")
+
+
+def changed_rows(changes: DataFrame) -> DataFrame:
+    """A change feed's rows as each commit left them, less those it rewrote
+    unchanged: an overwrite removes and re-adds every row of the files it replaces,
+    so a row it did not change appears deleted and inserted alike in that commit."""
+    after = changes.where(F.col("_change_type").isin(*AFTER_CHANGE))
+    before = changes.where(F.col("_change_type").isin(*BEFORE_CHANGE))
+    return (
+        after.drop("_change_type")
+        .exceptAll(before.drop("_change_type"))
+        .drop("_commit_version", "_commit_timestamp")
+    )

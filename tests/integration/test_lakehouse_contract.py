@@ -1,0 +1,101 @@
+"""What Tidemark relies on in Delta's and Spark's private APIs, pinned one behaviour a
+test, so that an upgrade of delta-spark fails here, by name, rather than in a pipeline.
+The storage layer (``spark_jobs.lakehouse``) is their only user. More of its contract is
+pinned beside the code that uses it: tests/integration/test_lakehouse_transaction.py
+(``DeltaOperations.Write`` commits, the checksum's transaction ids, ``writeFiles``, driver
+files), and tests/unit/test_parse.py (Spark's ``JsonToStructs`` behind ``FromJson``)."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from spark_jobs.lakehouse.log import commits, table_version
+from spark_jobs.lakehouse.transaction import CONFLICTS, Transaction
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = StructType(
+    [StructField("key", StringType()), StructField("n", LongType()), StructField("status", StringType())]
+)
+
+
+@pytest.fixture
+def path(spark, tmp_path) -> str:
+    table = str(tmp_path / "table")
+    assert Transaction(spark, table).create(SCHEMA, ["status"], {})
+    return table
+
+
+def append(spark, path: str, rows: list[tuple], label: str = "append") -> None:
+    txn = Transaction(spark, path)
+    txn.commit_append(txn.write_rows(rows, SCHEMA), label)
+
+
+def test_a_checksum_lists_a_tables_files_up_to_fifty_of_them(spark, path):
+    # Delta's allFilesInCrc.thresholdNumFiles: readers that take the list from the
+    # checksum fall back to the table's state beyond it.
+    for index in range(50):
+        append(spark, path, [(f"k{index}", index, "closed")])
+    assert len(Transaction(spark, path).listed_files()) == 50
+    append(spark, path, [("k50", 50, "closed")])
+    assert Transaction(spark, path).listed_files() is None
+
+
+def overwrite_of(spark, path: str, status: str) -> Transaction:
+    """A transaction that has read partition ``status`` and replaces its files with a row."""
+    txn = Transaction(spark, path)
+    txn.read_partitions("status", frozenset({status}))
+    txn.replaced = txn.partition_files("status", frozenset({status}))
+    txn.added = txn.write_rows([("new", 0, status)], SCHEMA)
+    return txn
+
+
+def test_a_read_partition_conflicts_with_a_blind_append_to_it_and_not_to_another(spark, path):
+    # Delta's default isolation (Serializable) checks blind appends against what a
+    # rewrite read: why the merge declares the files it rewrites and nothing more.
+    append(spark, path, [("p", 1, "pending"), ("c", 1, "closed")])
+    same, other = overwrite_of(spark, path, "pending"), overwrite_of(spark, path, "closed")
+    append(spark, path, [("a", 1, "pending")])
+    with pytest.raises(CONFLICTS):
+        same.commit_overwrite(same.added, same.replaced, "status = 'pending'", "same")
+    other.commit_overwrite(other.added, other.replaced, "status = 'closed'", "other")
+
+
+def test_read_files_conflict_with_their_removal_and_with_no_append(spark, path):
+    append(spark, path, [("a", 1, "pending")])
+    reader = Transaction(spark, path)
+    (file,) = reader.listed_files()
+    reader.read_files([file])
+    append(spark, path, [("b", 2, "pending")])
+    remover = Transaction(spark, path)
+    remover.commit_overwrite([], remover.listed_files()[:1], "status = 'pending'", "remove")
+    with pytest.raises(CONFLICTS):
+        reader.commit_overwrite([], [file], "status = 'pending'", "reader")
+
+    appended_beside = Transaction(spark, path)
+    (kept,) = [f for f in appended_beside.listed_files() if f.path() != file.path()]
+    appended_beside.read_files([kept])
+    append(spark, path, [("c", 3, "pending")])
+    appended_beside.commit_overwrite([], [kept], "status = 'pending'", "beside")
+
+
+def test_files_for_a_condition_are_pruned_by_partition_and_by_every_equality_of_a_disjunction(spark, path):
+    for index in range(4):
+        append(spark, path, [(f"k{index}", 10 * index, "closed")])
+    append(spark, path, [("k9", 10, "open")])
+    txn = Transaction(spark, path)
+
+    found = txn.files_where("status = 'closed' AND (n = 10 OR n = 30)")
+
+    rows = txn.frame(found).orderBy("n").collect()
+    assert [(row.key, row.n, row.status) for row in rows] == [("k1", 10, "closed"), ("k3", 30, "closed")]
+    assert txn._txn.readPredicates().isEmpty() and txn._txn.readFiles().isEmpty()
+
+
+def test_a_commits_label_and_operation_are_read_from_the_log_without_a_spark_job(spark, path):
+    append(spark, path, [("a", 1, "open")], label="tidemark-test:1")
+
+    (commit,) = commits(spark, path, table_version(spark, path), table_version(spark, path))
+
+    assert (commit.user_metadata, commit.operation) == ("tidemark-test:1", "WRITE")
