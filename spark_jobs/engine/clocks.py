@@ -186,6 +186,7 @@ def recall_stream_clock(spark: SparkSession, registry: TableRegistry, app_id: st
 def forget_clocks() -> None:
     """Forget every stream's clocks kept in this process, as a new process starts."""
     _CLOCK_MEMORIES.clear()
+    _BACKLOG.clear()
 
 
 def utc_moment(millis: int | None) -> datetime | None:
@@ -406,24 +407,31 @@ def write_partition_clocks(
     retry_on_conflict(merge if never_back else replace, "ops.watermarks write")
 
 
+# Delta operations that rearrange a table's files and change no row.
+REARRANGING = frozenset({"OPTIMIZE", "VACUUM START", "VACUUM END"})
+# Per bronze table, the partitions each version beyond silver's last trigger wrote, as
+# read from the log: a trigger reads only the versions the one before it had not seen,
+# so a catch-up read in many triggers costs what its versions cost, once.
+_BACKLOG: dict[str, dict[int, frozenset[str] | None]] = {}
+
+
 def backlog_beyond(spark: SparkSession, registry: TableRegistry, last_version: int, latest: int) -> set[str]:
     """Partitions with records already in bronze beyond ``last_version`` (not yet
     read by silver): a slow partition in a backfill is never idle. Each bronze commit
     names them in its label, read from the log without a Spark job; a commit that
-    does not (an older bronze's) makes this read the change feed instead."""
-    if latest <= last_version:
-        return set()
-    labelled = [
-        written_partitions(commit.user_metadata)
-        for commit in commits(spark, registry.bronze.path, last_version + 1, latest)
-    ]
-    if len(labelled) == latest - last_version and all(found is not None for found in labelled):
-        return set().union(*labelled)
-    later = (
-        change_feed(spark.read, registry.bronze.path, last_version + 1, latest)
-        .select("source_partition")
-        .distinct()
-    )
+    rearranges files (OPTIMIZE) names none; a commit that does not say (an older
+    bronze's) makes this read the change feed of the versions beyond instead."""
+    path = registry.bronze.path
+    known = _BACKLOG.setdefault(path, {})
+    for version in [version for version in known if version <= last_version or version > latest]:
+        del known[version]
+    unread = max([last_version, *known]) + 1
+    for commit in commits(spark, path, unread, latest):
+        written = written_partitions(commit.user_metadata)
+        known[commit.version] = frozenset() if commit.operation in REARRANGING else written
+    if len(known) == latest - last_version and all(found is not None for found in known.values()):
+        return set().union(*known.values())
+    later = change_feed(spark.read, path, last_version + 1, latest).select("source_partition").distinct()
     return {row.source_partition for row in later.collect()}
 
 

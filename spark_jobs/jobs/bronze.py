@@ -30,7 +30,6 @@ from spark_jobs.jobs.common import (
 )
 from spark_jobs.jvm import java_class
 from spark_jobs.lakehouse.runs import RunTotals
-from spark_jobs.lakehouse.writes import idempotent_append
 from spark_jobs.sources import read_source
 from spark_jobs.sources.kafka import KafkaLatestOffsets, kafka_progress
 from spark_jobs.sources.progress import SourceProgress, written_metadata
@@ -108,7 +107,9 @@ class BronzeBatchWriter(BatchWriter):
         if counts["rejected"]:
             rejected, _ = counted(parsed, rejected=~valid)
             rejects = reject_rows(rejected, registry.config.name)
-            idempotent_append(rejects, registry.ops["rejects"], self.app_id, batch_id)
+            # Labelled as bronze's other writes: a Delta transaction id would have Delta
+            # rebuild the state of the rejects table, shared by every pipeline, to check it.
+            self.append_once(rejects, registry.ops["rejects"], batch_id)
             crash_point("bronze:rejects")
         self.totals.batches += 1
         self.totals.rows_in += counts["valid"] + counts["rejected"]

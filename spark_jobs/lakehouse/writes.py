@@ -1,14 +1,12 @@
 """Session settings that label Delta commits and make Delta's own DML idempotent
-(transaction ids), and the idempotent append of a DataFrame."""
+(transaction ids)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from pyspark.sql import DataFrame, SparkSession
-
-from spark_jobs.tables import TableRef
+from pyspark.sql import SparkSession
 
 
 @contextmanager
@@ -40,14 +38,3 @@ def txn_settings(app_id: str, version: int) -> dict[str, str]:
 def delta_txn(spark: SparkSession, app_id: str, version: int) -> AbstractContextManager[None]:
     """Make the enclosed Delta DML idempotent (:func:`txn_settings`)."""
     return session_settings(spark, txn_settings(app_id, version))
-
-
-def idempotent_append(
-    frame: DataFrame, table: TableRef, app_id: str, batch_id: int, user_metadata: str | None = None
-) -> None:
-    """Append ``frame`` to ``table`` unless this (app id, batch id) already committed to it."""
-    writer = frame.write.format("delta").mode("append")
-    writer = writer.option("txnAppId", app_id).option("txnVersion", batch_id)
-    if user_metadata is not None:
-        writer = writer.option("userMetadata", user_metadata)
-    writer.save(table.path)
