@@ -37,6 +37,7 @@ MAX_DURATION_MS = 315_537_897_599_999
 
 SOURCE_KINDS = ("files", "kafka")
 FILE_FORMATS = ("json", "csv")
+LANDED_FILES = ("keep", "delete", "archive")
 EPOCH_FORMATS = ("epoch_seconds", "epoch_millis")
 NAMED_TIME_FORMATS = (*EPOCH_FORMATS, "iso8601")
 TIME_CHARACTERISTICS = ("event", "ingestion", "processing")
@@ -160,6 +161,9 @@ class SourceConfig:
     max_offsets_per_trigger: int | None = None
     max_files_per_trigger: int | None = None
     partitions: tuple[str, ...] = ()
+    landed_files: str = "keep"
+    archive_path: str | None = None
+    archive_retention_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -464,6 +468,9 @@ def _source(value: Any) -> SourceConfig:
         "max_offsets_per_trigger",
         "max_files_per_trigger",
         "partitions",
+        "landed_files",
+        "archive_path",
+        "archive_retention",
     }
     _reject_unknown(section, known, "source.")
     kind = _one_of(_required(section, "kind", "source."), SOURCE_KINDS, "source.kind")
@@ -477,7 +484,13 @@ def _source(value: Any) -> SourceConfig:
             raise ConfigError("source.path", "expected a folder path")
         file_format = _one_of(section.get("format", "json"), FILE_FORMATS, "source.format")
         partitions = _declared_partitions(section.get("partitions"))
-        return SourceConfig(kind=kind, path=path, format=file_format, partitions=partitions, **limits)
+        landed = _landed_files(section)
+        return SourceConfig(
+            kind=kind, path=path, format=file_format, partitions=partitions, **landed, **limits
+        )
+    for name in ("landed_files", "archive_path", "archive_retention"):
+        if section.get(name) is not None:
+            raise ConfigError(f"source.{name}", "only a files source lands files")
     if section.get("partitions") is not None:
         raise ConfigError("source.partitions", "a Kafka source reports its topic's partitions itself")
     servers = _required(section, "bootstrap_servers", "source.")
@@ -492,6 +505,25 @@ def _source(value: Any) -> SourceConfig:
     return SourceConfig(
         kind=kind, bootstrap_servers=servers, topic=topic, starting_offsets=offsets, format="json", **limits
     )
+
+
+def _landed_files(section: Mapping[str, Any]) -> dict[str, Any]:
+    """What becomes of a landed file once bronze has committed it: ``keep`` it, ``delete``
+    it, or ``archive`` it under ``archive_path``, where maintenance deletes archived files
+    older than ``archive_retention`` (kept for ever without one)."""
+    landed = _one_of(section.get("landed_files", "keep"), LANDED_FILES, "source.landed_files")
+    archive, retention = section.get("archive_path"), section.get("archive_retention")
+    if landed == "archive":
+        if not isinstance(archive, str) or not archive.strip():
+            raise ConfigError("source.archive_path", "landed_files: archive needs the archive's folder")
+        if archive.rstrip("/") == str(section.get("path", "")).rstrip("/"):
+            raise ConfigError("source.archive_path", "must not be the landing folder itself")
+    else:
+        for name, value in (("archive_path", archive), ("archive_retention", retention)):
+            if value is not None:
+                raise ConfigError(f"source.{name}", f"only with landed_files: archive; got {landed}")
+    retention_ms = None if retention is None else parse_duration(retention, "source.archive_retention", False)
+    return {"landed_files": landed, "archive_path": archive, "archive_retention_ms": retention_ms}
 
 
 def _declared_partitions(value: Any) -> tuple[str, ...]:

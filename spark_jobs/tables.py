@@ -230,7 +230,15 @@ class TableRegistry:
     @property
     def landing_path(self) -> str | None:
         """A files source's landing folder; a relative path lives under the root."""
-        path = self.config.source.path
+        return self._under_root(self.config.source.path)
+
+    @property
+    def archive_path(self) -> str | None:
+        """Where a files source archives what bronze committed (``landed_files: archive``);
+        a relative path lives under the root."""
+        return self._under_root(self.config.source.archive_path)
+
+    def _under_root(self, path: str | None) -> str | None:
         if path is None or "://" in path or os.path.isabs(path):
             return path
         return join(self.root, path)

@@ -10,7 +10,8 @@ reads bronze, gold reads silver) skip them; conflicts with the running streams'
 MERGEs are retried. VACUUM keeps ``--retain`` of history (7 days by default),
 which must exceed the longest a stream or a time-travel query may lag behind.
 Streaming checkpoints clean themselves (Spark keeps the last 100 batches); this
-job only reports their sizes so growth shows up in the task log.
+job only reports their sizes so growth shows up in the task log. Landed files a
+pipeline archives are deleted once older than its ``source.archive_retention``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from pyspark.sql import SparkSession
 
@@ -25,6 +27,7 @@ from spark_jobs.arguments import with_examples
 from spark_jobs.catalog import qualified_name, register_tables
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
 from spark_jobs.jobs.common import exit_on_config_error
+from spark_jobs.lakehouse.files import delete_older_than
 from spark_jobs.lakehouse.runs import RunLog, RunTotals
 from spark_jobs.lakehouse.transaction import retry_on_conflict
 from spark_jobs.session import build_session
@@ -63,6 +66,16 @@ def checkpoint_report(registry: TableRegistry) -> list[str]:
     ]
 
 
+def archive_expiry(spark: SparkSession, registry: TableRegistry) -> list[str]:
+    """Archived landing files older than the pipeline's ``archive_retention``, deleted."""
+    source = registry.config.source
+    if source.landed_files != "archive" or source.archive_retention_ms is None:
+        return []
+    cutoff = int(time.time() * 1000) - source.archive_retention_ms
+    deleted = delete_older_than(spark, registry.archive_path, cutoff)
+    return [f"archive {registry.archive_path}: {deleted} landed files past their retention deleted"]
+
+
 @exit_on_config_error
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -93,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     register_tables(spark, registry.all())
     lines = [maintain(spark, table, retain_hours) for table in registry.all()]
     lines += checkpoint_report(registry)
+    lines += archive_expiry(spark, registry)
     for line in lines:
         print(f"tidemark maintenance: {line}")
     log.ended("succeeded", RunTotals(batches=1), f"{len(registry.all())} tables maintained")

@@ -26,3 +26,18 @@ def read_text(spark: SparkSession, path: str, *parts: str) -> str:
         return java_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
     finally:
         stream.close()
+
+
+def delete_older_than(spark: SparkSession, folder: str, moment_ms: int) -> int:
+    """Delete every file under ``folder`` (at any depth) last modified before ``moment_ms``;
+    returns how many. A folder that does not exist holds none."""
+    filesystem, path = hadoop_file(spark, folder)
+    if not filesystem.exists(path):
+        return 0
+    files = filesystem.listFiles(path, True)
+    old = []
+    while files.hasNext():
+        status = files.next()
+        if status.getModificationTime() < moment_ms:
+            old.append(status.getPath())
+    return sum(bool(filesystem.delete(file, False)) for file in old)

@@ -18,7 +18,7 @@ def read_source(spark: SparkSession, registry: TableRegistry) -> DataFrame:
         return read_kafka(spark, config)
     from spark_jobs.sources.files import read_landing
 
-    return read_landing(spark, config, registry.landing_path)
+    return read_landing(spark, config, registry.landing_path, registry.archive_path)
 
 
 def source_reports(

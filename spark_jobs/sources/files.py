@@ -138,11 +138,20 @@ def csv_lines(reader: DataFrameReader | DataStreamReader, path: str) -> DataFram
     return split_lines(files, has_header=True)
 
 
-def read_landing(spark: SparkSession, config: PipelineConfig, landing_path: str) -> DataFrame:
+def read_landing(
+    spark: SparkSession, config: PipelineConfig, landing_path: str, archive_path: str | None = None
+) -> DataFrame:
+    """The landing folder as a stream. Files a committed batch read are kept, deleted or
+    moved under ``archive_path`` as the pipeline says (Spark's ``cleanSource``), so the
+    folder a trigger lists holds what is still to come, not every file ever landed."""
     ensure_folder(spark, landing_path)
     reader = spark.readStream
     if config.source.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", config.source.max_files_per_trigger)
+    if config.source.landed_files != "keep":
+        reader = reader.option("cleanSource", config.source.landed_files)
+    if config.source.landed_files == "archive":
+        reader = reader.option("sourceArchiveDir", archive_path)
     if config.source.format == "csv":
         return csv_lines(reader, landing_path)
     return json_lines(reader, config, landing_path)

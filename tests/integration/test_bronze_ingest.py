@@ -261,3 +261,32 @@ def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing_kafka(spark
     assert run_here("bronze", unlimited, lakehouse).returncode == 0
 
     assert_bronze_reconciles(spark, registry, manifest, generated)
+
+
+def landed_names(folder: Path) -> set[str]:
+    return {path.name for path in folder.rglob("*.json")} if folder.exists() else set()
+
+
+@pytest.mark.parametrize("landed", ["archive", "delete"])
+def test_landed_files_bronze_committed_leave_the_landing_folder_and_nothing_is_read_twice(
+    spark, tmp_path, landed
+):
+    landing, archive, lakehouse = tmp_path / "landing", tmp_path / "archive", tmp_path / "lakehouse"
+    extra = {"archive_path": str(archive)} if landed == "archive" else {}
+    source = {"kind": "files", "path": str(landing), "format": "json", "landed_files": landed, **extra}
+    pipeline = write_pipeline(tmp_path, source=source)
+    spec = FleetSpec(devices=8, partitions=3, seed=13, duration_ms=10 * 60_000, malformed_ratio=0.03)
+    generated = generate(spec, malformed_kinds("files"))
+    half = len(generated) // 2
+    first = {Path(path).name for path in write_landing(generated[:half], landing, 50)}
+    assert run_here("bronze", pipeline, lakehouse).returncode == 0
+    write_landing(generated[half:], landing, 50, prefix="second")
+    assert run_here("bronze", pipeline, lakehouse).returncode == 0
+
+    assert_bronze_reconciles(spark, registry_for(pipeline, lakehouse), Manifest.of(generated), generated)
+    # The first run's files were committed before the second ran: gone from the landing folder.
+    assert not first & landed_names(landing)
+    if landed == "archive":
+        assert first <= landed_names(archive)
+    else:
+        assert not archive.exists()

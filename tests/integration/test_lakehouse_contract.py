@@ -3,13 +3,17 @@ test, so that an upgrade of delta-spark fails here, by name, rather than in a pi
 The storage layer (``spark_jobs.lakehouse``) is their only user. More of its contract is
 pinned beside the code that uses it: tests/integration/test_lakehouse_transaction.py
 (``DeltaOperations.Write`` commits, the checksum's transaction ids, ``writeFiles``, driver
-files), and tests/unit/test_parse.py (Spark's ``JsonToStructs`` behind ``FromJson``)."""
+files), and tests/unit/test_parse.py (Spark's ``JsonToStructs`` behind ``FromJson``). The
+last test here is the storage layer's own: Hadoop's file listing as it deletes archives."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from spark_jobs.lakehouse.files import delete_older_than
 from spark_jobs.lakehouse.log import commits, table_version
 from spark_jobs.lakehouse.transaction import CONFLICTS, Transaction
 
@@ -99,3 +103,15 @@ def test_a_commits_label_and_operation_are_read_from_the_log_without_a_spark_job
     (commit,) = commits(spark, path, table_version(spark, path), table_version(spark, path))
 
     assert (commit.user_metadata, commit.operation) == ("tidemark-test:1", "WRITE")
+
+
+def test_files_older_than_a_moment_are_deleted_at_any_depth_and_newer_ones_kept(spark, tmp_path):
+    old, new = tmp_path / "a" / "b" / "old.json", tmp_path / "a" / "new.json"
+    old.parent.mkdir(parents=True)
+    old.write_text("{}")
+    new.write_text("{}")
+    os.utime(old, (1_000, 1_000))
+
+    assert delete_older_than(spark, str(tmp_path / "a"), 2_000_000) == 1
+    assert not old.exists() and new.exists()
+    assert delete_older_than(spark, str(tmp_path / "missing"), 2_000_000) == 0

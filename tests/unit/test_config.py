@@ -307,3 +307,55 @@ def test_every_column_the_tables_add_beside_the_payload_is_reserved():
     own += [registry.offline_state, registry.late_tracks]
     added = {field.name for table in own for field in table.schema.fields} - payload
     assert added - RESERVED_COLUMNS == set()
+
+
+def files_source(**fields) -> dict:
+    document = telemetry()
+    document["source"] = {**document["source"], **fields}
+    return document
+
+
+def test_landed_files_are_kept_unless_the_pipeline_says_otherwise():
+    source = parse_pipeline(telemetry()).source
+    assert (source.landed_files, source.archive_path, source.archive_retention_ms) == ("keep", None, None)
+
+
+def test_an_archiving_files_source_names_its_archive_and_may_bound_its_retention():
+    document = files_source(landed_files="archive", archive_path="landed/telemetry", archive_retention="7d")
+    source = parse_pipeline(document).source
+    assert (source.landed_files, source.archive_path) == ("archive", "landed/telemetry")
+    assert source.archive_retention_ms == 7 * 86_400_000
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "problem"),
+    [
+        ({"landed_files": "move"}, "source.landed_files", "keep"),
+        ({"landed_files": "archive"}, "source.archive_path", "needs the archive's folder"),
+        ({"landed_files": "archive", "archive_path": "landing/telemetry"}, "source.archive_path", "landing"),
+        ({"landed_files": "delete", "archive_path": "x"}, "source.archive_path", "only with landed_files"),
+        ({"archive_retention": "7d"}, "source.archive_retention", "only with landed_files"),
+        (
+            {"landed_files": "archive", "archive_path": "x", "archive_retention": "0s"},
+            "source.archive_retention",
+            "",
+        ),
+    ],
+)
+def test_a_files_sources_landed_files_setting_that_makes_no_sense_names_its_field(fields, field, problem):
+    with pytest.raises(ConfigError) as error:
+        parse_pipeline(files_source(**fields))
+    assert error.value.field == field and problem in str(error.value)
+
+
+def test_a_kafka_source_lands_no_files():
+    document = telemetry()
+    document["source"] = {
+        "kind": "kafka",
+        "bootstrap_servers": "b:9092",
+        "topic": "t",
+        "landed_files": "delete",
+    }
+    with pytest.raises(ConfigError, match=r"only a files source lands files") as error:
+        parse_pipeline(document)
+    assert error.value.field == "source.landed_files"
