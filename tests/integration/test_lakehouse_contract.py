@@ -73,7 +73,8 @@ def test_read_files_conflict_with_their_removal_and_with_no_append(spark, path):
     reader.read_files([file])
     append(spark, path, [("b", 2, "pending")])
     remover = Transaction(spark, path)
-    remover.commit_overwrite([], remover.listed_files()[:1], "status = 'pending'", "remove")
+    (removed,) = [f for f in remover.listed_files() if f.path() == file.path()]
+    remover.commit_overwrite([], [removed], "status = 'pending'", "remove")
     with pytest.raises(CONFLICTS):
         reader.commit_overwrite([], [file], "status = 'pending'", "reader")
 

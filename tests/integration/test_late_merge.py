@@ -19,7 +19,7 @@ from spark_jobs.config import load_pipeline
 from spark_jobs.engine import detector, late_merge
 from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.faults import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, INJECTED_CRASHES
-from spark_jobs.generator import START_MS, FleetSpec, generate, write_landing
+from spark_jobs.generator import START_MS, FleetSpec, generate
 from spark_jobs.jobs import gold, merge_late, offline
 from spark_jobs.jobs import silver as silver_job
 from spark_jobs.jobs.common import JobContext
@@ -29,11 +29,7 @@ from spark_jobs.lakehouse.transaction import Transaction
 from spark_jobs.tables import TableRegistry, join
 from tests.integration.conftest import (
     delta_commits,
-    job_running,
     kill_hard,
-    registry_for,
-    run_here,
-    wait_for,
     write_pipeline,
 )
 from tests.integration.lakehouse_sql import (
@@ -386,94 +382,6 @@ def test_a_re_derivation_landing_inside_another_of_the_same_keys_does_not_start_
     assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
     end_the_input(spark, registry)
     assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
-    assert_reconciles(spark, registry)
-
-
-def test_merges_running_beside_the_live_silver_stream_lose_and_double_nothing(spark, tmp_path, monkeypatch):
-    landing, lakehouse = tmp_path / "landing", tmp_path / "lakehouse"
-    # Two files a micro-batch: ten rounds of the four streams, not twenty (alone, 209
-    # machine CPU-s in 113 s against 240-259 in 130-142 with one file a micro-batch).
-    pipeline = write_pipeline(
-        tmp_path,
-        source={"kind": "files", "path": str(landing), "format": "json", "max_files_per_trigger": 2},
-        watermark={"strategy": "bounded", "max_out_of_orderness": "5s"},
-    )
-    registry = registry_for(pipeline, lakehouse)
-    fleet = generate(FleetSpec(devices=6, partitions=3, seed=5, duration_ms=40 * 60_000, late_ratio=0.05))
-    # Half the files land now (the first quarantined record is in the ninth of twenty),
-    # the rest while the first merge is held: silver then has batches to commit inside
-    # the merge, whatever the machine's speed. Landed at once, all twenty files could be
-    # judged before the merge reached its claim, and the hold would wait in vain.
-    half = len(fleet) // 2
-    write_landing(fleet[:half], landing, 60)
-    # The pipeline's streams in their application; the merges in this process beside it (--here:
-    # not served by the application, which would merge sooner but out of this test's reach).
-    with job_running("run", pipeline, lakehouse, "--trigger", "continuous", "--interval", "500ms") as streams:
-        # Every silver batch commits its clocks to the watermark history.
-        clocks = registry.ops["watermark_history"].path
-        mark = late_merge.crash_point
-        held = []
-
-        def hold_until_silver_commits(step: str) -> None:
-            # The first merge waits, its records claimed, for a silver batch to commit:
-            # on a loaded machine a silver batch may take longer than a whole merge.
-            if step == "merge_late:claim" and not held:
-                held.append(table_version(spark, clocks))
-                write_landing(fleet[half:], landing, 60)
-                wait_for(
-                    lambda: table_version(spark, clocks) > held[0], 300, "a silver batch inside the merge"
-                )
-            mark(step)
-
-        monkeypatch.setattr(late_merge, "crash_point", hold_until_silver_commits)
-        try:
-            # Spark conditions are polled every second or two: each poll is a few Spark jobs,
-            # CPU taken from the streams under test.
-            wait_for(
-                lambda: table_rows(spark, registry.quarantine.path) > 0,
-                300,
-                "a first quarantined record",
-                interval=1,
-            )
-            for _ in range(2):
-                assert run_here("merge_late", pipeline, lakehouse, "--here", streaming=False).returncode == 0
-            stream_alive = streams.poll() is None
-            wait_for(
-                lambda: (
-                    table_rows(spark, registry.bronze.path) == len(fleet)
-                    and silver_caught_up(spark, registry)
-                ),
-                300,
-                "silver to read all of bronze",
-                interval=2,
-            )
-        finally:
-            stop_gracefully(streams)
-    assert stream_alive, "the streams died while the merges ran"
-    merges = spark.sql(
-        f"SELECT started_at, ended_at, late FROM delta.`{registry.ops['runs'].path}` "
-        "WHERE job = 'merge_late' AND status = 'succeeded'"
-    ).collect()
-    clock_commits = spark.sql(f"DESCRIBE HISTORY delta.`{clocks}`").collect()
-    overlapped = [
-        merge
-        for merge in merges
-        if merge.late > 0
-        and any(merge.started_at <= commit.timestamp <= merge.ended_at for commit in clock_commits)
-    ]
-    assert overlapped, "no merge folded records in while silver committed batches"
-
-    silver_job.flush(spark, registry)
-    late_merge.merge_late(spark, registry, late_merge.TimeRange())
-    checkpoint = join(registry.root, "_checkpoints", registry.config.name, "gold")
-    assert (
-        gold.run(spark, JobContext("gold", registry.config, registry, "available-now", 1_000, checkpoint))
-        == 0
-    )
-    statuses = quarantine_by_status(spark, registry)
-    assert set(statuses) == {"merged"}
-    assert engine_silver(spark, registry) == batch_silver(spark, registry)
-    assert engine_gold(spark, registry) == batch_gold(spark, registry)
     assert_reconciles(spark, registry)
 
 
