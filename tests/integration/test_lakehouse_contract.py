@@ -9,6 +9,7 @@ last test here is the storage layer's own: Hadoop's file listing as it deletes a
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -16,6 +17,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from spark_jobs.lakehouse.files import delete_older_than
 from spark_jobs.lakehouse.log import commits, table_version
 from spark_jobs.lakehouse.transaction import CONFLICTS, Transaction
+from spark_jobs.tables import LOG_RETENTION, REMOVED_FILES_RETENTION
 
 pytestmark = pytest.mark.spark
 
@@ -116,3 +118,27 @@ def test_files_older_than_a_moment_are_deleted_at_any_depth_and_newer_ones_kept(
     assert delete_older_than(spark, str(tmp_path / "a"), 2_000_000) == 1
     assert not old.exists() and new.exists()
     assert delete_older_than(spark, str(tmp_path / "missing"), 2_000_000) == 0
+
+
+def test_commits_older_than_the_log_retention_leave_the_log_at_the_next_checkpoint(spark, tmp_path):
+    # Tidemark's tables keep a day of commits (tables.LOG_RETENTION), so that a
+    # listing of the log of a stream that commits every second stays bounded. Delta
+    # deletes only the commits before a checkpoint that is itself past the retention.
+    table = str(tmp_path / "retained")
+    properties = dict((LOG_RETENTION, REMOVED_FILES_RETENTION, ("delta.checkpointInterval", "3")))
+    assert Transaction(spark, table).create(SCHEMA, ["status"], properties)
+    for key in "abc":
+        append(spark, table, [(key, 1, "open")])
+    log = tmp_path / "retained" / "_delta_log"
+    # Two days old, a second apart in the order of their versions, as a live log's are
+    # (Delta takes files with equal times as clock skew and keeps them).
+    two_days_ago = time.time() - 2 * 86_400
+    for second, entry in enumerate(sorted(log.iterdir())):
+        os.utime(entry, (two_days_ago + second, two_days_ago + second))
+
+    for key in "def":
+        append(spark, table, [(key, 1, "open")])
+
+    commits_left = sorted(entry.name for entry in log.glob("*.json"))
+    assert commits_left[0] == "00000000000000000003.json", commits_left
+    assert spark.read.format("delta").load(table).count() == 6
