@@ -167,6 +167,43 @@ def changed_by_others(
     return False
 
 
+def partition_files_since(
+    spark: SparkSession,
+    path: str,
+    files: list[Any],
+    after: int,
+    until: int,
+    partitions: tuple[str, frozenset[str]],
+) -> list[Any] | None:
+    """The data files (``AddFile``) of some partitions (``(column, values)``) at version
+    ``until``, from ``files``, theirs at version ``after``, and the files the commits in
+    between added and removed there. Read from the log on the driver (no Spark job), so
+    a writer that keeps its partitions' files follows other writers' commits without
+    rebuilding the table's state. None where the log cannot tell: a commit is gone
+    (cleaned up), one changed the table's metadata, removed a file not known to be
+    there, or the table is younger than ``after`` (made again)."""
+    if until < after:
+        return None
+    column, values = partitions
+    current = {file.path(): file for file in files}
+    try:
+        for version_actions in _log_changes(spark, path, after + 1, until, fail_on_data_loss=True):
+            actions = list(_actions(version_actions._2()))
+            if any(kind in _TABLE_ACTIONS for kind, _ in actions):
+                return None
+            # A commit that rewrites a file in place (a deletion vector) removes and adds one path.
+            for kind, action in actions:
+                removed = kind == "RemoveFile" and _in_partitions(action, column, values)
+                if removed and current.pop(action.path(), None) is None:
+                    return None
+            for kind, action in actions:
+                if kind == "AddFile" and _in_partitions(action, column, values):
+                    current[action.path()] = action
+    except Py4JJavaError:  # a commit file is gone: the log cannot tell the files
+        return None
+    return list(current.values())
+
+
 # The userMetadata entry naming the stream batch a commit lands: [app id, batch id].
 BATCH_LABEL = "tidemark_batch"
 
@@ -256,11 +293,16 @@ def _touches(actions: Any, column: str, values: frozenset[str]) -> bool:
     for kind, action in _actions(actions):
         if kind in _TABLE_ACTIONS:
             return True
-        if kind in _FILE_ACTIONS:
-            found = action.partitionValues().get(column)
-            if not found.isDefined() or found.get() in values:
-                return True
+        if kind in _FILE_ACTIONS and _in_partitions(action, column, values):
+            return True
     return False
+
+
+def _in_partitions(action: Any, column: str, values: frozenset[str]) -> bool:
+    """Whether a file action lands in the partitions ``column`` in ``values`` (one
+    without that partition column counts as landing everywhere)."""
+    found = action.partitionValues().get(column)
+    return not found.isDefined() or found.get() in values
 
 
 def _written_by(actions: Any, app_ids: frozenset[str]) -> bool:

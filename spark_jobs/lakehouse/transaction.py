@@ -61,7 +61,14 @@ from pyspark.sql.types import (
 
 from spark_jobs.jvm import java_class
 from spark_jobs.lakehouse.files import hadoop_file
-from spark_jobs.lakehouse.log import DELTA_LOG, Commit, batch_label, changed_by_others, commits, table_version
+from spark_jobs.lakehouse.log import (
+    DELTA_LOG,
+    Commit,
+    batch_label,
+    commits,
+    partition_files_since,
+    table_version,
+)
 from spark_jobs.sql import is_in_sql, quote_identifier
 
 JavaObject = Any
@@ -370,10 +377,10 @@ class KnownFiles:
 class PartitionWriter:
     """A process's writer of some partitions of a Delta table that it overwrites again
     and again (silver's windows in play, a pipeline's clock snapshot). It keeps the
-    files of those partitions as its last commit left them, and asks the table's state
-    for them only when it knows none, or another writer has changed those partitions
-    since, which the log tells without a Spark job (any commit of another process,
-    or of this one through another path, counts)."""
+    files of those partitions as its last commit left them, follows what other writers
+    committed there since through the log, without a Spark job (an idleness step, a
+    merge, OPTIMIZE), and asks the table's state for them only when it knows none or
+    the log cannot tell (:func:`~spark_jobs.lakehouse.log.partition_files_since`)."""
 
     def __init__(self, path: str, column: str, values: frozenset[str]) -> None:
         self.path = path
@@ -408,12 +415,13 @@ class PartitionWriter:
         txn = Transaction(spark, self.path)
         txn.read_partitions(self.column, self.values)
         kept, self.kept = self.kept, None
-        if kept is None or changed_by_others(
-            spark, self.path, kept.version, txn.read_version, (self.column, self.values), frozenset()
-        ):
+        files = None
+        if kept is not None:
+            files = partition_files_since(
+                spark, self.path, kept.files, kept.version, txn.read_version, (self.column, self.values)
+            )
+        if files is None:
             files = txn.partition_files(self.column, self.values)
-        else:
-            files = kept.files
         txn.read_files(files)
         added = new_files(txn, files)
         version = txn.commit_overwrite(added, files, self.predicate, label)

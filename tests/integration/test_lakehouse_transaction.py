@@ -76,6 +76,10 @@ def counting_state_reads(monkeypatch) -> list[str]:
     return asked
 
 
+def append_open_row(spark, path: str) -> None:
+    spark.createDataFrame([("c", 3, "open")], SCHEMA).write.format("delta").mode("append").save(path)
+
+
 def test_an_overwrite_replaces_its_partitions_rows_and_leaves_the_others(spark, table):
     PartitionWriter(table, "status", IN_PLAY).overwrite(spark, add_one, "w:1")
 
@@ -109,7 +113,7 @@ def test_rows_moved_to_another_partition_land_there_and_leave_the_writers_files(
     assert len(asked) == 1
 
 
-def test_a_change_by_another_writer_to_the_partitions_makes_the_writer_ask_again(spark, table, monkeypatch):
+def test_a_rewrite_by_another_writer_of_the_partitions_is_followed_through_the_log(spark, table, monkeypatch):
     asked = counting_state_reads(monkeypatch)
     writer = PartitionWriter(table, "status", IN_PLAY)
     writer.overwrite(spark, add_one, "w:1")
@@ -119,6 +123,46 @@ def test_a_change_by_another_writer_to_the_partitions_makes_the_writer_ask_again
 
     # Nothing doubled: the row the other writer rewrote is read from its file, once.
     assert rows(spark, table) == [("a", 101, "open"), ("z", 9, "closed")]
+    assert len(asked) == 1
+
+
+def test_an_append_by_another_writer_to_the_partitions_is_followed_through_the_log(spark, table, monkeypatch):
+    asked = counting_state_reads(monkeypatch)
+    writer = PartitionWriter(table, "status", IN_PLAY)
+    writer.overwrite(spark, add_one, "w:1")
+
+    append_open_row(spark, table)
+    writer.overwrite(spark, add_one, "w:2")
+
+    assert rows(spark, table) == [("a", 3, "open"), ("c", 4, "open"), ("z", 9, "closed")]
+    assert len(asked) == 1
+
+
+def test_a_compaction_of_the_partitions_is_followed_through_the_log(spark, table, monkeypatch):
+    asked = counting_state_reads(monkeypatch)
+    writer = PartitionWriter(table, "status", IN_PLAY)
+    writer.overwrite(spark, add_one, "w:1")
+    append_open_row(spark, table)
+    append_open_row(spark, table)
+
+    DeltaTable.forPath(spark, table).optimize().where("status = 'open'").executeCompaction()
+    writer.overwrite(spark, add_one, "w:2")
+
+    assert rows(spark, table) == [("a", 3, "open"), ("c", 4, "open"), ("c", 4, "open"), ("z", 9, "closed")]
+    assert len(asked) == 1
+
+
+def test_a_change_of_the_tables_metadata_makes_the_writer_ask_the_tables_state_again(
+    spark, table, monkeypatch
+):
+    asked = counting_state_reads(monkeypatch)
+    writer = PartitionWriter(table, "status", IN_PLAY)
+    writer.overwrite(spark, add_one, "w:1")
+
+    spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.appendOnly' = 'false')")
+    writer.overwrite(spark, add_one, "w:2")
+
+    assert rows(spark, table) == [("a", 3, "open"), ("z", 9, "closed")]
     assert len(asked) == 2
 
 
@@ -134,10 +178,6 @@ def test_a_change_by_another_writer_to_other_partitions_leaves_the_writers_files
 
     assert rows(spark, table) == [("a", 3, "open"), ("z", 10, "closed")]
     assert len(asked) == 1
-
-
-def append_open_row(spark, path: str) -> None:
-    spark.createDataFrame([("c", 3, "open")], SCHEMA).write.format("delta").mode("append").save(path)
 
 
 @pytest.mark.parametrize(
