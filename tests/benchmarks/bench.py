@@ -1,7 +1,8 @@
 """`make bench`: throughput of bronze and silver against plain Spark, the cost of
 the late merge as history grows, how soon a fired window is visible in
-continuous mode, what a tiny replay costs against a bare job, and the rate a
-continuous pipeline application keeps up with, in one run.
+continuous mode, what a tiny replay costs against a bare job, the rate a
+continuous pipeline application keeps up with, and whether its firing delay holds
+over a long run, in one run.
 
 Not a test: it prints a table and writes every figure to bench-results.json at
 the repository root (one key per figure). ``--only`` runs one of them.
@@ -49,6 +50,11 @@ take their first records cold (the first data batch plans, compiles and loads
 what the empty triggers did not), ``firing_latency_warm_*`` from streams that
 first took the feed's opening seconds and judged them before the rest landed
 (what a stream that has run for a while gives; the windows are the same).
+
+Long run (``--only long-run``): a pipeline application on 1 s triggers fed a file a
+second, each a minute of event time of 30 devices, for 10 minutes; the firing
+delay (as above) of the last 100 windows against that of windows 10-110, which
+DESIGN §4b wants equal however many commits the run has made.
 
 Every measured path first runs once in a throwaway lakehouse, so no contender
 pays the JVM's warm-up (class loading, JIT) for the others: the throughput
@@ -442,6 +448,14 @@ def watermark_passes(
 def firing_latencies(spark: SparkSession, config: PipelineConfig, registry: TableRegistry) -> list[float]:
     """Seconds from the watermark passing each fired window's end to the silver
     commit that first shows the window fired."""
+    return [latency for _, latency in firing_delays(spark, config, registry)]
+
+
+def firing_delays(
+    spark: SparkSession, config: PipelineConfig, registry: TableRegistry
+) -> list[tuple[int, float]]:
+    """(window end ms, :func:`firing_latencies`' seconds) of each fired window, in
+    the order of their ends."""
     landed = [
         (row.partition, row.event_ms, row.landed)
         for row in spark.read.format("delta")
@@ -467,12 +481,12 @@ def firing_latencies(spark: SparkSession, config: PipelineConfig, registry: Tabl
     )
     # The combined watermark never goes back, so the first step past a window's end is found by bisection.
     watermarks = [watermark for watermark, _ in steps]
-    latencies = []
-    for row in fired:
+    delays = []
+    for row in sorted(fired, key=lambda row: row.end_ms):
         step = bisect.bisect_left(watermarks, row.end_ms - 1)
         if step < len(steps):
-            latencies.append(row.visible - steps[step][1])
-    return latencies
+            delays.append((row.end_ms, row.visible - steps[step][1]))
+    return delays
 
 
 def drained(spark: SparkSession, registry: TableRegistry, records: int, timeout: float = 900) -> None:
@@ -565,7 +579,7 @@ def latency_benchmark(
         "latency_rate_per_s": rate,
         f"latency{warm}_fired_windows": len(latencies),
         f"firing_latency{warm}_median_s": round(statistics.median(latencies), 2),
-        f"firing_latency{warm}_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 2),
+        f"firing_latency{warm}_p95_s": round(percentile_95(latencies), 2),
     }
 
 
@@ -658,6 +672,57 @@ def continuous_benchmark(
         "continuous_feed_seconds": round(fed, 1),
         "continuous_sustained_rps": round(len(records) / carried),
     }
+
+
+LONG_RUN_DEVICES, LONG_RUN_PARTITIONS = 30, 3
+LONG_RUN_WINDOWS = 100
+
+
+def long_run_benchmark(
+    spark: SparkSession, config: PipelineConfig, seconds: int, work: Path
+) -> dict[str, float]:
+    """A pipeline application (``tidemark run``, 1 s triggers) fed a file a second for
+    ``seconds``, each file a minute of event time of LONG_RUN_DEVICES devices (a record
+    each), so that every file closes windows: how the firing delay moves as the
+    pipeline's commits pile up. ``long_run_delay_ratio`` is the median delay of the
+    last LONG_RUN_WINDOWS windows over that of windows 10-110 (the first ten pay the
+    JVM's warm-up); ``long_run_worst_p95_s`` the highest p95 of any run of
+    LONG_RUN_WINDOWS consecutive windows."""
+    registry = TableRegistry(config, str(work / "long-run"))
+    spec = FleetSpec(
+        devices=LONG_RUN_DEVICES,
+        partitions=LONG_RUN_PARTITIONS,
+        seed=17,
+        duration_ms=seconds * 60_000,
+        interval_ms=60_000,
+        offline_ratio=0.0,
+    )
+    records = generate(spec)
+    application = start_continuous("run", registry, ["bronze", "silver", "gold", "offline"])
+    try:
+        write_landing(records, registry.landing_path, LONG_RUN_DEVICES, rate=LONG_RUN_DEVICES)
+        drained(spark, registry, len(records), timeout=1800)
+    finally:
+        stop_stream(application)
+    delays = [seconds for _, seconds in firing_delays(spark, config, registry)]
+    if len(delays) < 10 + 2 * LONG_RUN_WINDOWS:
+        raise RuntimeError(f"only {len(delays)} windows fired: run the long run for longer")
+    early, late = delays[10 : 10 + LONG_RUN_WINDOWS], delays[-LONG_RUN_WINDOWS:]
+    blocks = [delays[start : start + LONG_RUN_WINDOWS] for start in range(10, len(delays), LONG_RUN_WINDOWS)]
+    return {
+        "long_run_seconds": seconds,
+        "long_run_fired_windows": len(delays),
+        "long_run_early_median_s": round(statistics.median(early), 2),
+        "long_run_late_median_s": round(statistics.median(late), 2),
+        "long_run_delay_ratio": round(statistics.median(late) / statistics.median(early), 3),
+        "long_run_worst_p95_s": round(max(percentile_95(block) for block in blocks), 2),
+    }
+
+
+def percentile_95(values: Sequence[float]) -> float:
+    """The 95th percentile of ``values``, the nearest rank below."""
+    ordered = sorted(values)
+    return ordered[int(0.95 * (len(ordered) - 1))]
 
 
 SMALL_BATCH_RECORDS = 100
@@ -812,7 +877,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--only",
-        choices=("throughput", "silver", "merge", "latency", "tiny", "continuous", "merge-live"),
+        choices=("throughput", "silver", "merge", "latency", "tiny", "continuous", "merge-live", "long-run"),
         help="run one benchmark (default: all)",
     )
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -857,6 +922,9 @@ def main() -> None:
     parser.add_argument(
         "--merge-live-repeats", type=int, default=3, help="merges pressed beside the live demo (median)"
     )
+    parser.add_argument(
+        "--long-run-seconds", type=int, default=600, help="how long a file a second lands (long run)"
+    )
     parser.add_argument("--output", type=Path, default=REPO / "bench-results.json")
     args = parser.parse_args()
     if args.merge_history_windows < MIN_HISTORY_WINDOWS:
@@ -895,6 +963,8 @@ def main() -> None:
             )
         if args.only in (None, "merge-live"):
             results |= merge_beside_live_benchmark(args.merge_live_repeats, work)
+        if args.only in (None, "long-run"):
+            results |= long_run_benchmark(spark, config, args.long_run_seconds, work)
         # One benchmark alone keeps the other's figures from the last run.
         kept = json.loads(args.output.read_text()) if args.only and args.output.exists() else {}
         args.output.write_text(json.dumps(kept | results, indent=2) + "\n")
