@@ -39,10 +39,10 @@ from tests.integration.lakehouse_sql import (
 )
 from tests.integration.test_late_merge import assert_reconciles, quarantine_by_status
 
-# Six application start-ups and two merges: give a loaded machine room beyond 900 s.
+# Five application start-ups and two merges: give a loaded machine room beyond 900 s.
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(2400)]
 SEED = 20261124
-STREAM_KILLS = 6
+STREAM_KILLS = 5
 MERGE_KILLS = 2
 CONTINUOUS = ("--trigger", "continuous", "--interval", "500ms")
 # A kill lands a seeded moment (up to a second) after a seeded number of writes
