@@ -276,14 +276,26 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
             expected_gold = batch_gold(spark, registry, fired(final.watermark))
             expected_events = batch_status_events(spark, registry, final.watermark)
 
-            def converged() -> bool:
-                return (
-                    set(quarantine_by_status(spark, registry)) == {"merged"}
-                    and engine_gold(spark, registry) == expected_gold
-                    and engine_status_events(spark, registry) == expected_events
-                )
+            # What is still apart on each poll, so that a timeout says which of the three it was.
+            apart: list[str] = []
 
-            wait(converged, 600, "gold and offline to take in the fire and the merges", every=10)
+            def converged() -> bool:
+                apart[:] = [
+                    name
+                    for name, equal in (
+                        ("quarantine", lambda: set(quarantine_by_status(spark, registry)) == {"merged"}),
+                        ("gold", lambda: engine_gold(spark, registry) == expected_gold),
+                        ("status events", lambda: engine_status_events(spark, registry) == expected_events),
+                    )
+                    if not equal()
+                ]
+                return not apart
+
+            try:
+                wait(converged, 600, "gold and offline to take in the fire and the merges", every=10)
+            except TimeoutError as timeout:
+                statuses = quarantine_by_status(spark, registry)
+                raise AssertionError(f"still apart: {apart}; quarantine by status: {statuses}") from timeout
             reached("converged")
             tasks = airflow.request(
                 "GET", f"/api/v2/dags/tidemark_streaming/dagRuns/{streaming}/taskInstances"
