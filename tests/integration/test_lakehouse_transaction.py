@@ -180,6 +180,16 @@ def test_a_change_by_another_writer_to_other_partitions_leaves_the_writers_files
     assert len(asked) == 1
 
 
+def adding_one_while(spark, table: str, other_writer):
+    """``add_one``, with ``other_writer`` committing to the table while the overwrite runs."""
+
+    def racing(current: DataFrame) -> DataFrame:
+        other_writer(spark, table)
+        return add_one(current)
+
+    return racing
+
+
 @pytest.mark.parametrize(
     ("other_writer", "open_after"),
     [
@@ -201,10 +211,7 @@ def test_a_commit_that_lands_in_the_writers_partitions_during_the_overwrite_fail
     spark, table, other_writer, open_after
 ):
     writer = PartitionWriter(table, "status", IN_PLAY)
-
-    def racing(current: DataFrame) -> DataFrame:
-        other_writer(spark, table)
-        return add_one(current)
+    racing = adding_one_while(spark, table, other_writer)
 
     with pytest.raises(CONFLICTS):
         writer.overwrite(spark, racing, "w:1")
@@ -234,10 +241,7 @@ def test_a_commit_to_another_partition_during_the_overwrite_does_not_fail_it(
     spark, table, other_writer, closed_after
 ):
     writer = PartitionWriter(table, "status", IN_PLAY)
-
-    def racing(current: DataFrame) -> DataFrame:
-        other_writer(spark, table)
-        return add_one(current)
+    racing = adding_one_while(spark, table, other_writer)
 
     writer.overwrite(spark, racing, "w:1")
 
