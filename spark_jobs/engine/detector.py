@@ -19,7 +19,8 @@ from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.faults import crash_point
 from spark_jobs.lakehouse.log import commits, table_version
 from spark_jobs.lakehouse.reads import change_feed
-from spark_jobs.lakehouse.transaction import insert_into_empty, read_latest, retry_on_conflict
+from spark_jobs.lakehouse.table_files import read_latest
+from spark_jobs.lakehouse.transaction import insert_into_empty, retry_on_conflict
 from spark_jobs.lakehouse.writes import USER_METADATA, session_settings, txn_settings
 from spark_jobs.sql import column_of, local_rows, null_safe_match, quote_identifier, string_literal
 from spark_jobs.tables import TableRef, TableRegistry

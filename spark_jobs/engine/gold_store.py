@@ -1,5 +1,5 @@
 """The gold store: which (grain, group) keys a set of silver rows touch, and their
-gold rows recomputed from silver and MERGEd. The gold stream and the late merge
+gold rows recomputed from silver and written in place of theirs. The gold stream and the late merge
 both refresh gold through it."""
 
 from __future__ import annotations
@@ -7,13 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from spark_jobs.lakehouse.transaction import insert_into_empty, read_latest, retry_on_conflict
-from spark_jobs.lakehouse.writes import USER_METADATA, session_settings, txn_settings
+from spark_jobs.lakehouse.table_files import Within, read_latest, rewrite_within
+from spark_jobs.lakehouse.transaction import retry_on_conflict
 from spark_jobs.sql import local_rows, null_safe_match
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.gold import grain_keys, rollup
@@ -36,9 +35,11 @@ def refresh_gold(
     owner: str | None = None,
 ) -> int | None:
     """Recompute the gold rows of ``keys`` (from :func:`changed_keys`) from silver
-    and MERGE them, in a commit labelled ``label``; returns how many keys were
-    refreshed. Both sides of the MERGE are pruned to the keys' grains, so the cost
-    follows the keys, not the tables. With ``owner`` (the gold stream's job), a
+    and write them in place of theirs (as a MERGE would), in a commit labelled
+    ``label``; returns how many keys were refreshed. Both sides are pruned to the
+    keys' grains by their files' statistics, from this process's view of the tables'
+    files (no Delta state rebuilt), so the cost follows the keys, not the tables or
+    their histories. With ``owner`` (the gold stream's job), a
     conflict with a commit of that stream hands the keys over to it and returns
     None: it follows silver's change feed, so it refreshes them from silver itself."""
     if not keys:
@@ -49,33 +50,25 @@ def refresh_gold(
     key_schema = StructType([StructField("grain_ms", LongType(), False), *registry.key_fields(gold.group_by)])
     lowest = datetime.fromtimestamp(min(key.grain_ms for key in keys) / 1000, UTC)
     highest = datetime.fromtimestamp((max(key.grain_ms for key in keys) + gold.grain_ms) / 1000, UTC)
-    settings = {USER_METADATA: label, **(txn_settings(*txn) if txn else {})}
 
     def merge() -> int:
         wanted = local_rows(spark, list(keys), key_schema).select(
             F.timestamp_millis("grain_ms").alias("grain_start"), *gold.group_by
         )
-        silver = read_latest(spark, registry.silver.path)[0].where(
-            (F.col("window_start") >= F.lit(lowest)) & (F.col("window_start") < F.lit(highest))
-        )
+        in_silver, in_gold = Within("window_start", lowest, highest), Within("grain_start", lowest, highest)
+        silver, _ = read_latest(spark, registry.silver.path, in_silver)
         fresh = (
-            rollup(silver, config)
+            rollup(silver.where(in_silver.condition()), config)
             .join(F.broadcast(wanted), list(columns), "left_semi")
             .withColumn("updated_at", F.lit(now).cast("timestamp"))
         )
-        if insert_into_empty(spark, registry.gold.path, fresh, label, txn):
-            return len(keys)
-        in_grains = (F.col("t.grain_start") >= F.lit(lowest)) & (F.col("t.grain_start") < F.lit(highest))
-        condition = in_grains & null_safe_match(columns)
-        statement = (
-            DeltaTable.forPath(spark, registry.gold.path)
-            .alias("t")
-            .merge(fresh.alias("s"), condition)
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
-        )
-        with session_settings(spark, settings):
-            statement.execute()
+
+        def refreshed(current: DataFrame) -> DataFrame:
+            # A key silver no longer rolls up into keeps its row, as a MERGE's unmatched target row would.
+            kept = current.alias("t").join(fresh.alias("s"), null_safe_match(columns), "left_anti")
+            return kept.unionByName(fresh).coalesce(1)
+
+        rewrite_within(spark, registry.gold.path, in_gold, refreshed, label, txn)
         return len(keys)
 
     return retry_on_conflict(merge, "gold MERGE", (spark, registry.gold.path), owner=owner)

@@ -5,9 +5,9 @@ another writer changed some partitions since a version."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
@@ -156,11 +156,10 @@ def changed_by_others(
         return False
     if until < after:
         return True
-    column, values = partitions
     try:
         for version_actions in _log_changes(spark, path, after + 1, until, fail_on_data_loss=True):
             actions = version_actions._2()
-            if _touches(actions, column, values) and not _written_by(actions, own):
+            if _touches(actions, partitions) and not _written_by(actions, own):
                 return True
     except Py4JJavaError:  # a commit file is gone: the log cannot vouch for the memory
         return True
@@ -177,31 +176,50 @@ def partition_files_since(
 ) -> list[Any] | None:
     """The data files (``AddFile``) of some partitions (``(column, values)``) at version
     ``until``, from ``files``, theirs at version ``after``, and the files the commits in
-    between added and removed there. Read from the log on the driver (no Spark job), so
-    a writer that keeps its partitions' files follows other writers' commits without
-    rebuilding the table's state. None where the log cannot tell: a commit is gone
-    (cleaned up), one changed the table's metadata, removed a file not known to be
-    there, or the table is younger than ``after`` (made again)."""
-    if until < after:
-        return None
-    column, values = partitions
+    between added and removed there (:func:`follow_files`); None where the log cannot tell."""
     current = {file.path(): file for file in files}
+    return list(current.values()) if follow_files(spark, path, current, after, until, partitions) else None
+
+
+Kept = TypeVar("Kept")
+
+
+def follow_files(
+    spark: SparkSession,
+    path: str,
+    files: dict[str, Kept],
+    after: int,
+    until: int,
+    partitions: tuple[str, frozenset[str]] | None = None,
+    keep: Callable[[Any], Kept] = lambda action: action,
+) -> bool:
+    """Bring ``files`` (a data file's path -> what is kept of its ``AddFile``, by
+    ``keep``), the files at version ``after`` of some partitions (``(column, values)``;
+    None: all), to version ``until``: the commits in between, read from the log on the
+    driver (no Spark job), remove and add files there. Each call costs what those
+    commits hold, however many files the table has, so a process that keeps a table's
+    files follows other writers without rebuilding the table's state. False, and
+    ``files`` undefined, where the log cannot tell: a commit is gone (cleaned up), one
+    changed the table's metadata, removed a file not known to be there, or the table
+    is younger than ``after`` (made again)."""
+    if until < after:
+        return False
     try:
         for version_actions in _log_changes(spark, path, after + 1, until, fail_on_data_loss=True):
             actions = list(_actions(version_actions._2()))
             if any(kind in _TABLE_ACTIONS for kind, _ in actions):
-                return None
+                return False
             # A commit that rewrites a file in place (a deletion vector) removes and adds one path.
             for kind, action in actions:
-                removed = kind == "RemoveFile" and _in_partitions(action, column, values)
-                if removed and current.pop(action.path(), None) is None:
-                    return None
+                removed = kind == "RemoveFile" and _in_partitions(action, partitions)
+                if removed and files.pop(action.path(), None) is None:
+                    return False
             for kind, action in actions:
-                if kind == "AddFile" and _in_partitions(action, column, values):
-                    current[action.path()] = action
+                if kind == "AddFile" and _in_partitions(action, partitions):
+                    files[action.path()] = keep(action)
     except Py4JJavaError:  # a commit file is gone: the log cannot tell the files
-        return None
-    return list(current.values())
+        return False
+    return True
 
 
 # The userMetadata entry naming the stream batch a commit lands: [app id, batch id].
@@ -289,18 +307,21 @@ def _actions(actions: Any) -> Iterator[tuple[str, Any]]:
         yield action.getClass().getSimpleName(), action
 
 
-def _touches(actions: Any, column: str, values: frozenset[str]) -> bool:
+def _touches(actions: Any, partitions: tuple[str, frozenset[str]]) -> bool:
     for kind, action in _actions(actions):
         if kind in _TABLE_ACTIONS:
             return True
-        if kind in _FILE_ACTIONS and _in_partitions(action, column, values):
+        if kind in _FILE_ACTIONS and _in_partitions(action, partitions):
             return True
     return False
 
 
-def _in_partitions(action: Any, column: str, values: frozenset[str]) -> bool:
-    """Whether a file action lands in the partitions ``column`` in ``values`` (one
-    without that partition column counts as landing everywhere)."""
+def _in_partitions(action: Any, partitions: tuple[str, frozenset[str]] | None) -> bool:
+    """Whether a file action lands in the partitions ``(column, values)`` (None: any;
+    an action without that partition column counts as landing everywhere)."""
+    if partitions is None:
+        return True
+    column, values = partitions
     found = action.partitionValues().get(column)
     return not found.isDefined() or found.get() in values
 

@@ -111,12 +111,18 @@ class Transaction:
 
     def __init__(self, spark: SparkSession, path: str) -> None:
         self.spark = spark
+        self.path = path
         self._log = java_class(spark, DELTA_LOG).forTable(spark._jsparkSession, path)
         self._txn = self._log.startTransaction()
 
     @property
     def read_version(self) -> int:
         return self._txn.readVersion()
+
+    @property
+    def table_id(self) -> str:
+        """The table's id (Delta's metadata id): a table made again at a path has a new one."""
+        return self._txn.metadata().id()
 
     @property
     def schema(self) -> StructType:
@@ -134,6 +140,15 @@ class Transaction:
             return []
         listed = checksum.get().allFiles()
         return self._python_list(listed.get()) if listed.isDefined() else None
+
+    def all_files(self) -> list[JavaObject]:
+        """The table's data files at the version read: from the checksum's list
+        (:meth:`listed_files`), or else from the table's state, which Delta rebuilds
+        from the log for every new version (a Spark job). Declares no read."""
+        listed = self.listed_files()
+        if listed is not None:
+            return listed
+        return self._python_list(self._txn.snapshot().filesForScan(self._scala_seq([]), True).files())
 
     def partition_files(self, column: str, values: frozenset[str]) -> list[JavaObject]:
         """The data files of the partitions ``column`` in ``values``: from the checksum's
@@ -574,19 +589,6 @@ def rewrite_files(
         return None
     version = transaction.commit_overwrite(added, files, condition, label, txn)
     return Rewrite(version, sum(map(record_count, files)), sum(map(record_count, added)))
-
-
-def read_latest(spark: SparkSession, path: str) -> tuple[DataFrame, int]:
-    """The table's rows at its latest version, and that version: the files its checksum
-    lists, read as they are (Delta's read of a version rebuilds the version's state from
-    its log first, a Spark job), else Delta's read of that version."""
-    txn = Transaction(spark, path)
-    files = txn.listed_files()
-    if files is None:
-        rows = spark.read.format("delta").option("versionAsOf", txn.read_version).load(path)
-    else:
-        rows = txn.frame(files).select(*txn.schema.fieldNames())
-    return rows, txn.read_version
 
 
 def insert_into_empty(

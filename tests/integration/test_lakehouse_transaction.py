@@ -17,13 +17,13 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from spark_jobs.jvm import java_class
 from spark_jobs.lakehouse.create import create_if_missing
 from spark_jobs.lakehouse.log import DELTA_LOG, batch_metadata
+from spark_jobs.lakehouse.table_files import read_latest
 from spark_jobs.lakehouse.transaction import (
     CONFLICTS,
     ConflictsExhausted,
     PartitionWriter,
     Transaction,
     insert_into_empty,
-    read_latest,
     retry_on_conflict,
 )
 from spark_jobs.sql import is_in_sql, local_rows
