@@ -356,7 +356,7 @@ class TableRegistry:
 
     @property
     def offline_state(self) -> TableRef | None:
-        """Offline detection's state, one table so one MERGE moves it atomically:
+        """Offline detection's state, one table so one commit moves it atomically:
         per key its ``last`` handled track and status, the ``buffered`` tracks the
         watermark has not passed yet, and one ``clock`` row (null key) with the
         watermark and last bronze version the detector has taken in."""

@@ -9,8 +9,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 
-from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -19,12 +19,11 @@ from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.faults import crash_point
 from spark_jobs.lakehouse.log import commits, table_version
 from spark_jobs.lakehouse.reads import change_feed
-from spark_jobs.lakehouse.table_files import read_latest
-from spark_jobs.lakehouse.transaction import insert_into_empty, retry_on_conflict
-from spark_jobs.lakehouse.writes import USER_METADATA, session_settings, txn_settings
+from spark_jobs.lakehouse.table_files import read_latest, rewrite_within
+from spark_jobs.lakehouse.transaction import retry_on_conflict
 from spark_jobs.sql import column_of, local_rows, null_safe_match, quote_identifier, string_literal
 from spark_jobs.tables import TableRef, TableRegistry
-from spark_jobs.transforms.offline import detection_watermark, transitions
+from spark_jobs.transforms.offline import changed_state, detection_watermark, transitions
 from spark_jobs.transforms.windows import is_marker, record_millis, with_starting_watermark
 
 CLOCK, LAST, BUFFERED = "clock", "last", "buffered"
@@ -137,7 +136,7 @@ def event_rows(events: DataFrame, key: Sequence[str], watermarks: Sequence[int],
 
 
 def last_changes(key: Sequence[str], new_last: DataFrame) -> DataFrame:
-    """MERGE source rows that ``upsert`` the keys' new last rows."""
+    """State changes that ``upsert`` the keys' new last rows."""
     return new_last.select(
         *key,
         F.lit(LAST).alias("kind"),
@@ -156,7 +155,7 @@ def state_changes(
     clock: DetectorClock,
     spark: SparkSession,
 ) -> DataFrame:
-    """The detector's MERGE source: ``upsert`` the new last rows and the clock,
+    """The detector's state changes: ``upsert`` the new last rows and the clock,
     ``delete`` handled buffered tracks, ``insert`` arrived tracks still ahead of
     the watermark."""
     nulls = [F.lit(None).alias(column) for column in key]
@@ -197,6 +196,16 @@ BATCH_LABEL = "tidemark-offline-state:batch:"
 REDERIVATION_LABEL = "tidemark-offline-state:rederivation:"
 
 
+def same_state_row(key: Sequence[str]) -> Column:
+    """Whether a state change (``s``) is about a state row (``t``): the same key and
+    kind, and for a buffered track the same track."""
+    return (
+        null_safe_match(key)
+        & (F.col("t.kind") == F.col("s.kind"))
+        & ((F.col("t.kind") != F.lit(BUFFERED)) | (F.col("t.ts_ms") == F.col("s.ts_ms")))
+    )
+
+
 def merge_state(
     spark: SparkSession,
     state: TableRef,
@@ -206,58 +215,26 @@ def merge_state(
     now: datetime,
     read_version: int,
 ) -> bool:
-    """MERGE ``changes``, computed from the state read at ``read_version``, into the
-    state table. True when the changes were computed from a stale state and the
-    caller must re-derive: a detector batch (``txn`` given) is
-    stale after any other commit in between (the detector's or a merge's
+    """Apply ``changes`` (:func:`~spark_jobs.transforms.offline.changed_state`),
+    computed from the state read at ``read_version``, to the state table, in one
+    commit that rewrites it (no MERGE: a MERGE rebuilds the table's state from the
+    log on every batch, and that state grows with every rewrite). True when the
+    changes were computed from a stale state and the caller must re-derive: a
+    detector batch (``txn`` given) is stale after any other commit in between (the detector's or a merge's
     re-derivation rewrote rows it read); a re-derivation (no ``txn``) only after a
     detector batch's, which moved the clock. Two re-derivations at one clock compute
     the same rows for the keys they share, so they never make each other start over:
     when they did, a merge's and the live detector's re-derivations restarted each
     other until the merge gave up."""
-    same_row = (
-        null_safe_match(key)
-        & (F.col("t.kind") == F.col("s.kind"))
-        & ((F.col("t.kind") != F.lit(BUFFERED)) | (F.col("t.ts_ms") == F.col("s.ts_ms")))
-    )
-    moment = F.lit(now).cast("timestamp")
+    same_row = same_state_row(key)
     label = f"{REDERIVATION_LABEL if txn is None else BATCH_LABEL}{uuid.uuid4().hex}"
-    settings = {USER_METADATA: label, **(txn_settings(*txn) if txn else {})}
-
-    inserted = "s.action <> 'delete'"
-    insert_values: dict[str, Column] = {
-        **{column: column_of("s", column) for column in (*key, "kind", "ts_ms", "status", "version")},
-        "updated_at": moment,
-    }
+    moment = F.lit(now).cast("timestamp")
 
     def merge() -> None:
-        inserts = (
-            changes.alias("s")
-            .where(inserted)
-            .select(*(value.alias(column) for column, value in insert_values.items()))
-        )
-        with session_settings(spark, settings):
-            if insert_into_empty(spark, state.path, inserts, label, txn):
-                return
-            (
-                DeltaTable.forPath(spark, state.path)
-                .alias("t")
-                .merge(changes.alias("s"), same_row)
-                .whenMatchedDelete(condition="s.action = 'delete'")
-                .whenMatchedUpdate(
-                    condition="s.action = 'upsert'",
-                    set={
-                        "ts_ms": "s.ts_ms",
-                        "status": "s.status",
-                        "version": "s.version",
-                        "updated_at": moment,
-                    },
-                )
-                .whenNotMatchedInsert(condition=inserted, values=insert_values)
-                .execute()
-            )
+        changed = partial(changed_state, changes=changes, same_row=same_row, now=moment)
+        rewrite_within(spark, state.path, None, changed, label, txn)
 
-    retry_on_conflict(merge, "offline state MERGE")
+    retry_on_conflict(merge, "offline state rewrite")
     harmless = REDERIVATION_LABEL if txn is None else None
     return committed_after_others(spark, state.path, read_version, label, harmless)
 
@@ -292,7 +269,7 @@ def advance_detector(
     (idempotent under ``txn``); returns how many events were emitted.
 
     A late merge may re-derive keys while this runs. When its state commit came
-    between this batch's read and its MERGE, the keys this batch handled were
+    between this batch's read and its state commit, the keys this batch handled were
     judged against stale ``last`` rows, so they are re-derived again here."""
     offline = registry.config.offline
     assert offline is not None
@@ -324,7 +301,7 @@ def advance_detector(
 
 def rewritten_keys(spark: SparkSession, state: TableRef, key: Sequence[str], read: StateRead) -> DataFrame:
     """The keys whose last row differs between ``read`` and the table now. A batch
-    whose MERGE came after another writer's judged these keys against rows that writer
+    whose state commit came after another writer's judged these keys against rows that writer
     replaced: a merge's re-derivation can bring a key the batch read as offline back
     online, and the batch, having emitted nothing for it, would not re-derive it."""
     before, after = last_rows(read.rows, key), last_rows(spark.read.format("delta").load(state.path), key)
@@ -360,7 +337,7 @@ def rederive_keys(spark: SparkSession, registry: TableRegistry, keys: DataFrame,
     computation. Idempotent (a recomputation), so a killed merge simply reruns it.
     Events that stay keep the watermark they were detected at; new ones get the
     detector's current watermark. Returns how many keys it re-derived, or None when
-    a detector batch committed between this read of the state and this MERGE: the
+    a detector batch committed between this read of the state and this commit: the
     recomputation used a stale clock, and the caller tries again or leaves the keys
     to the detector's stream."""
     offline = registry.config.offline

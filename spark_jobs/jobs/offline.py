@@ -14,8 +14,8 @@ watermark-only step: an idleness check, the end of input). Per trigger:
    carries the first watermark step that reached it, so the table is the same
    however the steps were grouped into triggers: live or backfill;
 4. writes: status events and late tracks (blind appends), then the state table
-   (one MERGE: ``last`` rows, buffer, clock). The appends are labelled with
-   (query id, batch id) and the MERGE carries them as a Delta txn id, so a
+   (one commit: ``last`` rows, buffer, clock). The appends are labelled with
+   (query id, batch id) and the state commit carries them as a Delta txn id, so a
    replayed batch is skipped and a crash between two writes replays from the
    same state.
 """
@@ -115,7 +115,7 @@ class OfflineBatchWriter(BatchWriter):
         received = [(row.batch_id, row.watermark) for row in batch.collect()]
         if not received:
             return
-        # The state is read once and pinned: the MERGE below rewrites the table it
+        # The state is read once and pinned: the commit below rewrites the table it
         # was computed from.
         state = read_state(spark, state_table)
         state.rows.persist()

@@ -27,6 +27,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from spark_jobs.eventtime.timers import OFFLINE, ONLINE
+from spark_jobs.sql import column_of
 
 EVENT_COLUMNS = ("status", "event_ms")
 
@@ -90,3 +91,43 @@ def detection_watermark(event_ms: Column, watermarks: Sequence[int]) -> Column:
     watermark it is detected at, as if every micro-batch had been its own trigger."""
     steps = F.array(*[F.lit(value).cast("long") for value in sorted(set(watermarks))])
     return F.array_min(F.filter(steps, lambda step: step >= event_ms))
+
+
+# What a detector change row asks of the state row it matches: ``upsert`` replaces its
+# track, status and version (or adds the row), ``delete`` removes it, ``insert`` adds
+# the row where none matches and leaves a matching one as it is.
+UPSERT, DELETE, INSERT = "upsert", "delete", "insert"
+
+
+def changed_state(state: DataFrame, changes: DataFrame, same_row: Column, now: Column) -> DataFrame:
+    """The detector's state rows (``state``, aliased ``t`` in ``same_row``) after its
+    ``changes`` (aliased ``s``; at most one per state row): matched rows replaced or
+    removed as each change's ``action`` says, unmatched changes other than deletes
+    added, every row written stamped ``now``."""
+    target, source = state.alias("t"), changes.alias("s")
+    action = column_of("s", "action")
+    matched = target.join(source, same_row, "left")
+    columns = state.columns
+
+    def written(side: str, replaced: frozenset[str]) -> list[Column]:
+        return [
+            (now if column == "updated_at" else column_of("s" if column in replaced else side, column)).alias(
+                column
+            )
+            for column in columns
+        ]
+
+    unchanged = matched.where(action.isNull() | (action == F.lit(INSERT))).select(
+        *(column_of("t", column).alias(column) for column in columns)
+    )
+    upserted = matched.where(action == F.lit(UPSERT)).select(*written("t", frozenset(UPSERT_REPLACES)))
+    added = (
+        source.join(target, same_row, "left_anti")
+        .where(action != F.lit(DELETE))
+        .select(*written("s", frozenset(columns)))
+    )
+    return unchanged.unionByName(upserted).unionByName(added)
+
+
+# The columns of a state row an upsert replaces (its key and kind stay).
+UPSERT_REPLACES = ("ts_ms", "status", "version")
