@@ -206,6 +206,13 @@ def base_conf(default_profile: str = DEFAULT_PROFILE, chosen_profile: str | None
         # runs a few streams and Delta's log reads compiles more distinct classes than
         # that, and then compiles the same code again every micro-batch.
         CODEGEN_CACHE_ENTRIES: "2000",
+        # What the status store keeps of finished work, UI or not: a pipeline of 1-second
+        # batches runs thousands of jobs an hour, and the store's upkeep (a trim sorts
+        # it whenever it passes its limit) grows with its size; minutes' worth is kept.
+        "spark.ui.retainedJobs": "200",
+        "spark.ui.retainedStages": "200",
+        "spark.ui.retainedTasks": "2000",
+        "spark.sql.ui.retainedExecutions": "100",
         # Starting the UI's web server costs every job start-up; turn it on to watch one.
         "spark.ui.enabled": "true" if os.environ.get("TIDEMARK_SPARK_UI") == "true" else "false",
     }
