@@ -591,24 +591,6 @@ def rewrite_files(
     return Rewrite(version, sum(map(record_count, files)), sum(map(record_count, added)))
 
 
-def insert_into_empty(
-    spark: SparkSession, path: str, inserts: DataFrame, label: str, txn: tuple[str, int] | None = None
-) -> bool:
-    """What a MERGE into a table without rows writes, its ``inserts``, appended in one
-    commit labelled ``label``: a MERGE joins its source with the table twice, which a
-    pipeline's first batch need not pay. False, and nothing written, when the table's
-    checksum lists a file or lists none. Once under ``txn`` (app id, version), as the
-    MERGE would be; the whole table counts as read, so a commit beside it fails it with
-    a Delta conflict, and the caller's retry finds the table written."""
-    written = Transaction(spark, path)
-    if written.listed_files() != []:
-        return False
-    if txn is None or not written.has_committed(*txn):
-        written.read_whole_table()
-        written.commit_append(written.write(inserts), label, txn)
-    return True
-
-
 class ConflictsExhausted(RuntimeError):
     """A write that kept losing to concurrent writers; the message names them."""
 

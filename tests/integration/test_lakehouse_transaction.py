@@ -23,7 +23,6 @@ from spark_jobs.lakehouse.transaction import (
     ConflictsExhausted,
     PartitionWriter,
     Transaction,
-    insert_into_empty,
     retry_on_conflict,
 )
 from spark_jobs.sql import is_in_sql, local_rows
@@ -527,70 +526,6 @@ def test_without_a_checksum_the_latest_rows_are_delta_reads_of_the_latest_versio
     rows, version = read_latest(spark, path)
     assert version == 1
     assert sorted(map(tuple, rows.collect())) == [("a", 1, "open"), ("b", 2, "open"), ("z", 9, "closed")]
-
-
-def empty_table(spark, path: str) -> str:
-    assert Transaction(spark, path).create(SCHEMA, ["status"], {})
-    return path
-
-
-def inserts(spark) -> DataFrame:
-    return spark.createDataFrame([("a", 1, "open"), ("z", 9, "closed")], SCHEMA)
-
-
-def test_inserts_into_a_table_without_rows_are_one_append_under_its_transaction_id(spark, tmp_path):
-    path = empty_table(spark, str(tmp_path / "empty"))
-
-    assert insert_into_empty(spark, path, inserts(spark), "first", ("app", 3))
-
-    assert rows(spark, path) == [("a", 1, "open"), ("z", 9, "closed")]
-    history = DeltaTable.forPath(spark, path).history().collect()
-    assert [commit.version for commit in history] == [1, 0]
-    assert (history[0].operation, history[0].userMetadata) == ("WRITE", "first")
-    assert Transaction(spark, path).has_committed("app", 3)
-    # Replayed, the batch finds rows: the MERGE's (Delta skips it under the same id).
-    assert not insert_into_empty(spark, path, inserts(spark), "again", ("app", 3))
-
-
-def test_no_inserts_under_a_transaction_id_commit_once(spark, tmp_path):
-    path = empty_table(spark, str(tmp_path / "empty"))
-    nothing = inserts(spark).where("false")
-
-    assert insert_into_empty(spark, path, nothing, "first", ("app", 3))
-    assert insert_into_empty(spark, path, nothing, "again", ("app", 3))
-
-    assert [commit.version for commit in DeltaTable.forPath(spark, path).history().collect()] == [1, 0]
-    assert rows(spark, path) == []
-
-
-def test_a_table_with_rows_is_left_to_the_merge(spark, table):
-    before = DeltaTable.forPath(spark, table).history(1).first().version
-    assert not insert_into_empty(spark, table, inserts(spark), "label", ("app", 1))
-    assert DeltaTable.forPath(spark, table).history(1).first().version == before
-
-
-def test_a_table_whose_checksum_does_not_say_it_is_empty_is_left_to_the_merge(spark, tmp_path):
-    path = empty_table(spark, str(tmp_path / "empty"))
-    for checksum in (Path(path) / "_delta_log").glob("*.crc"):
-        checksum.unlink()
-    java_class(spark, DELTA_LOG).clearCache()
-    assert not insert_into_empty(spark, path, inserts(spark), "label", ("app", 1))
-    assert rows(spark, path) == []
-
-
-def test_inserts_beside_another_commit_fail_with_a_conflict_and_write_nothing(spark, tmp_path, monkeypatch):
-    path = empty_table(spark, str(tmp_path / "empty"))
-    original = Transaction.write
-
-    def write_after_another_commit(self, frame: DataFrame):
-        beside = Transaction(spark, path)
-        beside.commit_append(original(beside, spark.createDataFrame([("b", 2, "open")], SCHEMA)), "beside")
-        return original(self, frame)
-
-    monkeypatch.setattr(Transaction, "write", write_after_another_commit)
-    with pytest.raises(CONFLICTS):
-        insert_into_empty(spark, path, inserts(spark), "label", ("app", 1))
-    assert rows(spark, path) == [("b", 2, "open")]
 
 
 def losing_write(spark, path: str, winner: str, attempts: list[int]):
