@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -231,7 +230,10 @@ def merge_state(
     moment = F.lit(now).cast("timestamp")
 
     def merge() -> None:
-        changed = partial(changed_state, changes=changes, same_row=same_row, now=moment)
+        # One file: the state is a row per key and the tracks the watermark has not passed.
+        def changed(current: DataFrame) -> DataFrame:
+            return changed_state(current, changes, same_row, moment).coalesce(1)
+
         rewrite_within(spark, state.path, None, changed, label, txn)
 
     retry_on_conflict(merge, "offline state rewrite")

@@ -103,30 +103,24 @@ def changed_state(state: DataFrame, changes: DataFrame, same_row: Column, now: C
     """The detector's state rows (``state``, aliased ``t`` in ``same_row``) after its
     ``changes`` (aliased ``s``; at most one per state row): matched rows replaced or
     removed as each change's ``action`` says, unmatched changes other than deletes
-    added, every row written stamped ``now``."""
-    target, source = state.alias("t"), changes.alias("s")
+    added, every row written stamped ``now``. One join, so the changes are derived once."""
     action = column_of("s", "action")
-    matched = target.join(source, same_row, "left")
-    columns = state.columns
+    # A state row's kind is never null: a null one is a change without a state row.
+    has_row = column_of("t", "kind").isNotNull()
+    kept_as_is = has_row & (action.isNull() | (action == F.lit(INSERT)))
 
-    def written(side: str, replaced: frozenset[str]) -> list[Column]:
-        return [
-            (now if column == "updated_at" else column_of("s" if column in replaced else side, column)).alias(
-                column
-            )
-            for column in columns
-        ]
+    def value(column: str) -> Column:
+        if column == "updated_at":
+            return F.when(kept_as_is, column_of("t", column)).otherwise(now)
+        from_change = ~has_row | ((action == F.lit(UPSERT)) & F.lit(column in UPSERT_REPLACES))
+        return F.when(from_change, column_of("s", column)).otherwise(column_of("t", column))
 
-    unchanged = matched.where(action.isNull() | (action == F.lit(INSERT))).select(
-        *(column_of("t", column).alias(column) for column in columns)
+    return (
+        state.alias("t")
+        .join(changes.alias("s"), same_row, "full_outer")
+        .where(action.isNull() | (action != F.lit(DELETE)))
+        .select(*(value(column).alias(column) for column in state.columns))
     )
-    upserted = matched.where(action == F.lit(UPSERT)).select(*written("t", frozenset(UPSERT_REPLACES)))
-    added = (
-        source.join(target, same_row, "left_anti")
-        .where(action != F.lit(DELETE))
-        .select(*written("s", frozenset(columns)))
-    )
-    return unchanged.unionByName(upserted).unionByName(added)
 
 
 # The columns of a state row an upsert replaces (its key and kind stay).
