@@ -95,6 +95,7 @@ from spark_jobs.generator import REGIONS, START_MS, FleetSpec, Generated, genera
 from spark_jobs.jobs import bronze, silver
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.table_files import forget_table_files
 from spark_jobs.lakehouse.transaction import forget_partition_writers
 from spark_jobs.session import JVM_PROFILE_VARIABLE, build_session, profile_for_records
 from spark_jobs.submit import submit_command, submit_env
@@ -705,6 +706,11 @@ def long_run_benchmark(
     finally:
         stop_stream(application)
     delays = [seconds for _, seconds in firing_delays(spark, config, registry)]
+    batch_costs = {
+        f"long_run_{query}_batch_{part}_s": seconds
+        for query in ("bronze", "silver", "gold", "offline")
+        for part, seconds in early_and_late_batches(registry, query).items()
+    }
     if len(delays) < 10 + 2 * LONG_RUN_WINDOWS:
         raise RuntimeError(f"only {len(delays)} windows fired: run the long run for longer")
     early, late = delays[10 : 10 + LONG_RUN_WINDOWS], delays[-LONG_RUN_WINDOWS:]
@@ -716,6 +722,26 @@ def long_run_benchmark(
         "long_run_late_median_s": round(statistics.median(late), 2),
         "long_run_delay_ratio": round(statistics.median(late) / statistics.median(early), 3),
         "long_run_worst_p95_s": round(max(percentile_95(block) for block in blocks), 2),
+        **batch_costs,
+    }
+
+
+def early_and_late_batches(registry: TableRegistry, query: str) -> dict[str, float]:
+    """The median seconds of a stream's micro-batches in the tenth of its batches
+    after its first ten, and in its last tenth: each batch from its offsets' write
+    (the batch planned) to its commit's (done), as the query's checkpoint records them."""
+    checkpoint = Path(join(registry.root, "_checkpoints", registry.config.name, query))
+    durations = []
+    for commit in sorted((checkpoint / "commits").glob("[0-9]*"), key=lambda file: int(file.name)):
+        offsets = checkpoint / "offsets" / commit.name
+        if offsets.exists():
+            durations.append(commit.stat().st_mtime - offsets.stat().st_mtime)
+    tenth = (len(durations) - 10) // 10
+    if tenth < 5:
+        return {}
+    return {
+        "early": round(statistics.median(durations[10 : 10 + tenth]), 2),
+        "late": round(statistics.median(durations[-tenth:]), 2),
     }
 
 
@@ -757,6 +783,7 @@ class SilverLakehouse:
         if as_new_process:
             forget_clocks()
             forget_partition_writers()
+            forget_table_files()
             self.spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
         query = silver.stream(self.spark, self.contexts["silver"]).start()
         query.awaitTermination()
