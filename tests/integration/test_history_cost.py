@@ -22,7 +22,7 @@ pytestmark = pytest.mark.spark
 # so that a few dozen commits pass it); past it, a reader that needs the files must
 # rebuild the table's state from the log for every new version, a Spark job.
 CHECKSUM_FILES_LIMIT = {"spark.databricks.delta.allFilesInCrc.thresholdNumFiles": "8"}
-BATCHES = 40
+BATCHES = 24
 
 
 def test_a_gold_refresh_runs_no_more_spark_jobs_after_dozens_of_commits_than_after_a_few(spark, tmp_path):
