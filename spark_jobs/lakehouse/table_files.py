@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.lakehouse.log import follow_files
 from spark_jobs.lakehouse.transaction import Transaction
-from spark_jobs.sql import quote_identifier
+from spark_jobs.sql import quote_identifier, string_literal
 
 JavaObject = Any
 
@@ -39,9 +39,10 @@ class Within:
     high: datetime
 
     def sql(self) -> str:
-        column = quote_identifier(self.column)
-        low, high = self.low.isoformat(), self.high.isoformat()
-        return f"{column} >= TIMESTAMP '{low}' AND {column} < TIMESTAMP '{high}'"
+        return (
+            f"{quote_identifier(self.column)} >= TIMESTAMP {string_literal(self.low.isoformat())}"
+            f" AND {quote_identifier(self.column)} < TIMESTAMP {string_literal(self.high.isoformat())}"
+        )
 
     def condition(self) -> Column:
         return F.expr(self.sql())
