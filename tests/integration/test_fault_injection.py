@@ -42,7 +42,7 @@ from tests.integration.test_late_merge import assert_reconciles, quarantine_by_s
 # Five application start-ups and two merges: give a loaded machine room beyond 900 s.
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(2400)]
 SEED = 20261124
-STREAM_KILLS = 5
+STREAM_KILLS = 4
 MERGE_KILLS = 2
 CONTINUOUS = ("--trigger", "continuous", "--interval", "500ms")
 # A kill lands a seeded moment (up to a second) after a seeded number of writes
