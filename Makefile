@@ -36,8 +36,8 @@ $(KAFKA_STAMP): $(VENV)/.installed spark_jobs/jars.py
 	@touch $@
 
 # Tidemark's JVM classes (spark_jobs/java): Hadoop's local file system without its
-# readlink and chmod processes, and the landing zone's JSON-lines reader.
-$(TIDEMARK_JAR): $(VENV)/.installed spark_jobs/java_build.py $(wildcard spark_jobs/java/io/tidemark/*/*.java)
+# readlink and chmod processes, its Delta log store, and the landing zone's JSON-lines reader.
+$(TIDEMARK_JAR): $(VENV)/.installed $(JARS_STAMP) spark_jobs/java_build.py $(wildcard spark_jobs/java/io/tidemark/*/*.java)
 	@$(PY) -m spark_jobs.java_build
 
 # The JVM classes a job loads, archived once (class-data sharing): every job starts faster.

@@ -1,10 +1,11 @@
 """Tidemark's own JVM classes (``spark_jobs/java``), compiled once at setup.
 
 ``python -m spark_jobs.java_build`` (run by ``make setup``) compiles them against
-pyspark's own jars (Spark, Hadoop, Jackson) into :func:`spark_jobs.jars.tidemark_jar_dir`,
-which :func:`spark_jobs.jars.local_jars` puts on every session's class path: the
-local file system without shell-outs (``spark_jobs.posix_fs``) and the landing
-zone's JSON-lines reader (``spark_jobs.sources.files``).
+pyspark's own jars (Spark, Hadoop, Jackson) and Delta's into
+:func:`spark_jobs.jars.tidemark_jar_dir`, which :func:`spark_jobs.jars.local_jars`
+puts on every session's class path: the local file system without shell-outs and
+its Delta log store (``spark_jobs.posix_fs``), and the landing zone's JSON-lines
+reader (``spark_jobs.sources.files``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from spark_jobs.jars import _pyspark_jars, tidemark_jar_dir
+from spark_jobs.jars import _pyspark_jars, jars_dir, tidemark_jar_dir
 
 SOURCES = Path(__file__).with_name("java")
 JAR_NAME = "tidemark.jar"
@@ -26,11 +27,14 @@ ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 def class_path() -> str:
-    """The jars pyspark runs on: what the classes extend and call."""
+    """The jars pyspark runs on and Delta's: what the classes extend and call."""
     jars = _pyspark_jars()
     if not jars:
         raise RuntimeError("pyspark's jars are missing: reinstall pyspark")
-    return ":".join(str(jar) for jar in jars)
+    delta = sorted(jars_dir().glob("io.delta_delta-*.jar"))
+    if not delta:
+        raise RuntimeError(f"Delta's jars are missing from {jars_dir()}: run `make setup`")
+    return ":".join(str(jar) for jar in [*jars, *delta])
 
 
 def build(target: Path) -> Path:

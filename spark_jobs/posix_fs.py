@@ -7,7 +7,8 @@ creates. Every Delta commit and every streaming checkpoint file on a local disk
 started 5 processes. The classes in ``spark_jobs/java/io/tidemark/fs`` do both
 through the JVM; they are compiled at setup into Tidemark's jar
 (``spark_jobs.java_build``), and :data:`HADOOP_CONF` makes them the ``file:``
-scheme's file systems.
+scheme's file systems, and :data:`LOG_STORE_CONF` lists a Delta log on it by names
+before statuses.
 """
 
 from __future__ import annotations
@@ -17,4 +18,9 @@ HADOOP_CONF = {
     "spark.hadoop.fs.file.impl": "io.tidemark.fs.PosixLocalFileSystem",
     # The FileContext API: Delta's commits and Spark's checkpoint files.
     "spark.hadoop.fs.AbstractFileSystem.file.impl": "io.tidemark.fs.PosixLocalFs",
+}
+
+LOG_STORE_CONF = {
+    # Delta's log store for file:, listing a log from a version without a status per entry.
+    "spark.delta.logStore.file.impl": "io.tidemark.fs.NamesFirstLogStore",
 }

@@ -33,7 +33,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.jars import local_jars
 from spark_jobs.jvm import driver_java_options
-from spark_jobs.posix_fs import HADOOP_CONF
+from spark_jobs.posix_fs import HADOOP_CONF, LOG_STORE_CONF
 
 DEFAULT_MASTER = "local[*]"
 LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -189,6 +189,7 @@ def base_conf(default_profile: str = DEFAULT_PROFILE, chosen_profile: str | None
         "spark.driver.extraClassPath": os.pathsep.join(local_jars()),
         # file: through the JVM, not through readlink and chmod processes.
         **HADOOP_CONF,
+        **LOG_STORE_CONF,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "in-memory",

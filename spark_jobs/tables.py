@@ -42,14 +42,13 @@ CHANGE_FEED = ("delta.enableChangeDataFeed", "true")
 # every 10 commits they cost more than the commits themselves, while a reader
 # rebuilding the state from up to 99 JSON commits is no slower than from a checkpoint.
 LOG_CHECKPOINT_INTERVAL = ("delta.checkpointInterval", "100")
-# Commits older than a day leave every table's log at its next checkpoint (Delta's
-# default keeps 30 days): each reader lists the log folder, which at a commit a second
-# would hold millions of files a month. Delta wants removed files remembered no longer
-# than the log, and forgetting them keeps each checkpoint a day of removals long. A
-# stream stopped longer than a day cannot resume reading the commits it missed
-# (docs/decisions/0010-log-retention-one-day.md).
-LOG_RETENTION = ("delta.logRetentionDuration", "interval 1 days")
-REMOVED_FILES_RETENTION = ("delta.deletedFileRetentionDuration", "interval 1 days")
+# Commits older than an hour leave every table's log at the next checkpoint (Delta's
+# default keeps 30 days): each reader lists the log folder, so its length is what a
+# micro-batch pays on its hundred-thousandth commit. Delta wants removed files
+# remembered no longer than the log. A stream stopped longer than that cannot resume
+# reading the commits it missed (docs/decisions/0012-log-retention-one-hour.md).
+LOG_RETENTION = ("delta.logRetentionDuration", "interval 1 hours")
+REMOVED_FILES_RETENTION = ("delta.deletedFileRetentionDuration", "interval 1 hours")
 LAYERS = ("bronze", "silver", "quarantine", "gold", "ops")
 
 SPARK_TYPES: dict[str, DataType] = {

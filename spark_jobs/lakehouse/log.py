@@ -44,6 +44,17 @@ def _delta_log(spark: SparkSession, path: str) -> Any:
     return java_class(spark, DELTA_LOG).forTable(spark._jsparkSession, path)
 
 
+HOURLY_LOG_CLEANUP = "io.tidemark.delta.HourlyLogCleanup"
+
+
+def clean_up_log_after(spark: SparkSession, delta_log: Any, version: int) -> bool:
+    """After the commit of ``version``, if it wrote a checkpoint: the log's entries past
+    the table's retention deleted, the cutoff rounded down to the hour (Delta's own
+    cleanup rounds it to midnight, so a log kept a day or two of commits, and every
+    listing of it walked them all). True if the log was cleaned up."""
+    return bool(java_class(spark, HOURLY_LOG_CLEANUP).afterCommit(delta_log, version))
+
+
 def _log_changes(
     spark: SparkSession, path: str, start: int, end: int, fail_on_data_loss: bool
 ) -> Iterator[Any]:

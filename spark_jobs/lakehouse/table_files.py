@@ -5,7 +5,7 @@ Spark job reading the last checkpoint and the commits after it), and it does so 
 every new version it is asked about. Its checksum lists the files, which spares that
 job, only while a table has at most 50 of them. A table a stream commits to every
 second passes that in a minute, and its state then grows with every file it ever
-removed (a day of them, as Delta keeps its tombstones), so a step that asks for
+removed (for as long as Delta keeps its tombstones), so a step that asks for
 the files on every batch pays more on every batch. A process instead keeps each
 table's files and brings them to a new version by reading only the commits in
 between (:func:`~spark_jobs.lakehouse.log.follow_files`); it rebuilds the state only

@@ -65,6 +65,7 @@ from spark_jobs.lakehouse.log import (
     DELTA_LOG,
     Commit,
     batch_label,
+    clean_up_log_after,
     commits,
     partition_files_since,
     table_version,
@@ -324,7 +325,9 @@ class Transaction:
             option.apply(label),
             *(option.empty() for _ in range(5)),
         )
-        return self._txn.commit(self._scala_seq(actions), write)
+        version = self._txn.commit(self._scala_seq(actions), write)
+        clean_up_log_after(self.spark, self._log, version)
+        return version
 
     def create(self, schema: StructType, partition_by: Sequence[str], properties: dict[str, str]) -> bool:
         """Commit the table's first version (as CREATE TABLE does, through the same

@@ -56,6 +56,12 @@ second, each a minute of event time of 30 devices, for 10 minutes; the firing
 delay (as above) of the last 100 windows against that of windows 10-110, which
 DESIGN §4b wants equal however many commits the run has made.
 
+Log history (``--only log-history``): a table's Delta log grown through the storage
+layer's commits (a row each, a checkpoint every 100, as a stream leaves it) to 50,
+500 and 5,000 commits; at each length the median time of a commit, of reading the
+table's latest version, and of listing the log from its latest version through
+Delta's own ``file:`` log store and through Tidemark's (``log_commit_5000_vs_50``).
+
 Every measured path first runs once in a throwaway lakehouse, so no contender
 pays the JVM's warm-up (class loading, JIT) for the others: the throughput
 contenders over the measured events themselves (the JIT keeps compiling well past
@@ -82,9 +88,11 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
 
 from spark_jobs.config import PipelineConfig, load_pipeline
 from spark_jobs.engine import late_merge
@@ -94,12 +102,21 @@ from spark_jobs.engine.tuning import parse_candidate, tune
 from spark_jobs.generator import REGIONS, START_MS, FleetSpec, Generated, generate, write_landing
 from spark_jobs.jobs import bronze, silver
 from spark_jobs.jobs.common import JobContext
+from spark_jobs.jvm import java_class
 from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.log import table_version
 from spark_jobs.lakehouse.table_files import forget_table_files
-from spark_jobs.lakehouse.transaction import forget_partition_writers
+from spark_jobs.lakehouse.transaction import Transaction, forget_partition_writers
 from spark_jobs.session import JVM_PROFILE_VARIABLE, build_session, profile_for_records
 from spark_jobs.submit import submit_command, submit_env
-from spark_jobs.tables import TableRef, TableRegistry, join
+from spark_jobs.tables import (
+    LOG_CHECKPOINT_INTERVAL,
+    LOG_RETENTION,
+    REMOVED_FILES_RETENTION,
+    TableRef,
+    TableRegistry,
+    join,
+)
 from spark_jobs.transforms.aggregates import finished_measures, partial_aggregates
 from spark_jobs.transforms.gold import rollup
 
@@ -726,6 +743,52 @@ def long_run_benchmark(
     }
 
 
+LOG_HISTORY_LENGTHS = (50, 500, 5_000)
+LOG_HISTORY_SAMPLES = 20
+LOG_STORES = {"delta": "io.delta.storage.HDFSLogStore", "tidemark": "io.tidemark.fs.NamesFirstLogStore"}
+
+
+def log_history_benchmark(spark: SparkSession, work: Path) -> dict[str, float]:
+    path = str(work / "log-history")
+    schema = StructType([StructField("n", LongType())])
+    properties = dict((LOG_CHECKPOINT_INTERVAL, LOG_RETENTION, REMOVED_FILES_RETENTION))
+    Transaction(spark, path).create(schema, [], properties)
+    made = itertools.count()
+
+    def commit() -> None:
+        n = next(made)
+        transaction = Transaction(spark, path)
+        transaction.commit_append(transaction.write_rows([(n,)], schema), f"bench-{n}")
+
+    configuration = spark._jsc.hadoopConfiguration()
+    stores = {name: java_class(spark, store)(configuration) for name, store in LOG_STORES.items()}
+    hadoop_path = java_class(spark, "org.apache.hadoop.fs.Path")
+
+    def listing(store: Any) -> None:
+        found = store.listFrom(
+            hadoop_path(f"file:{path}/_delta_log/{table_version(spark, path):020d}."), configuration
+        )
+        while found.hasNext():
+            found.next()
+
+    def median_ms(action: Callable[[], object]) -> float:
+        return round(1000 * statistics.median(timed(action) for _ in range(LOG_HISTORY_SAMPLES)), 2)
+
+    results: dict[str, float] = {}
+    for length in LOG_HISTORY_LENGTHS:
+        while table_version(spark, path) < length:
+            commit()
+        results[f"log_commit_ms_{length}"] = median_ms(commit)
+        results[f"log_version_ms_{length}"] = median_ms(lambda: table_version(spark, path))
+        for name, store in stores.items():
+            results[f"log_listing_{name}_store_ms_{length}"] = median_ms(lambda store=store: listing(store))
+    first, last = LOG_HISTORY_LENGTHS[0], LOG_HISTORY_LENGTHS[-1]
+    results[f"log_commit_{last}_vs_{first}"] = round(
+        results[f"log_commit_ms_{last}"] / results[f"log_commit_ms_{first}"], 3
+    )
+    return results
+
+
 def early_and_late_batches(registry: TableRegistry, query: str) -> dict[str, float]:
     """The median seconds of a stream's micro-batches in the tenth of its batches
     after its first ten, and in its last tenth: each batch from its offsets' write
@@ -904,7 +967,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
         "--only",
-        choices=("throughput", "silver", "merge", "latency", "tiny", "continuous", "merge-live", "long-run"),
+        choices=(
+            "throughput",
+            "silver",
+            "merge",
+            "latency",
+            "tiny",
+            "continuous",
+            "merge-live",
+            "long-run",
+            "log-history",
+        ),
         help="run one benchmark (default: all)",
     )
     parser.add_argument("--events", type=int, default=1_000_000)
@@ -992,6 +1065,8 @@ def main() -> None:
             results |= merge_beside_live_benchmark(args.merge_live_repeats, work)
         if args.only in (None, "long-run"):
             results |= long_run_benchmark(spark, config, args.long_run_seconds, work)
+        if args.only in (None, "log-history"):
+            results |= log_history_benchmark(spark, work)
         # One benchmark alone keeps the other's figures from the last run.
         kept = json.loads(args.output.read_text()) if args.only and args.output.exists() else {}
         args.output.write_text(json.dumps(kept | results, indent=2) + "\n")

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+from spark_jobs.jvm import java_class
 from spark_jobs.lakehouse.files import delete_older_than
 from spark_jobs.lakehouse.log import commits, table_version
 from spark_jobs.lakehouse.transaction import CONFLICTS, Transaction
@@ -120,21 +122,36 @@ def test_files_older_than_a_moment_are_deleted_at_any_depth_and_newer_ones_kept(
     assert delete_older_than(spark, str(tmp_path / "missing"), 2_000_000) == 0
 
 
-def test_commits_older_than_the_log_retention_leave_the_log_at_the_next_checkpoint(spark, tmp_path):
-    # Tidemark's tables keep a day of commits (tables.LOG_RETENTION), so that a
-    # listing of the log of a stream that commits every second stays bounded. Delta
-    # deletes only the commits before a checkpoint that is itself past the retention.
-    table = str(tmp_path / "retained")
-    properties = dict((LOG_RETENTION, REMOVED_FILES_RETENTION, ("delta.checkpointInterval", "3")))
+def retained_table(spark, tmp_path, name: str, checkpoint_interval: int) -> tuple[str, Path]:
+    table = str(tmp_path / name)
+    properties = dict(
+        (LOG_RETENTION, REMOVED_FILES_RETENTION, ("delta.checkpointInterval", str(checkpoint_interval)))
+    )
     assert Transaction(spark, table).create(SCHEMA, ["status"], properties)
+    return table, tmp_path / name / "_delta_log"
+
+
+def age_log(log: Path, seconds: float) -> None:
+    """Every entry of the log made ``seconds`` old, a second apart in the order of their
+    versions, as a live log's are (Delta takes files with equal times as clock skew and
+    keeps them)."""
+    start = time.time() - seconds
+    for second, entry in enumerate(sorted(log.iterdir())):
+        os.utime(entry, (start + second, start + second))
+
+
+def test_commits_older_than_the_log_retention_to_the_hour_leave_the_log_at_the_next_checkpoint(
+    spark, tmp_path
+):
+    # Tidemark's tables keep an hour of commits (tables.LOG_RETENTION), so that a listing
+    # of the log of a stream that commits every second stays short. Delta's own cleanup
+    # rounds its cutoff down to midnight, so from 02:00 UTC on, commits three hours old
+    # stay unless the storage layer's cleanup to the hour runs; either deletes only the
+    # commits before a checkpoint that is itself past the retention.
+    table, log = retained_table(spark, tmp_path, "retained", checkpoint_interval=3)
     for key in "abc":
         append(spark, table, [(key, 1, "open")])
-    log = tmp_path / "retained" / "_delta_log"
-    # Two days old, a second apart in the order of their versions, as a live log's are
-    # (Delta takes files with equal times as clock skew and keeps them).
-    two_days_ago = time.time() - 2 * 86_400
-    for second, entry in enumerate(sorted(log.iterdir())):
-        os.utime(entry, (two_days_ago + second, two_days_ago + second))
+    age_log(log, 3 * 3_600)
 
     for key in "def":
         append(spark, table, [(key, 1, "open")])
@@ -142,3 +159,51 @@ def test_commits_older_than_the_log_retention_leave_the_log_at_the_next_checkpoi
     commits_left = sorted(entry.name for entry in log.glob("*.json"))
     assert commits_left[0] == "00000000000000000003.json", commits_left
     assert spark.read.format("delta").load(table).count() == 6
+
+
+def test_commits_within_the_log_retention_stay_past_a_checkpoint(spark, tmp_path):
+    table, log = retained_table(spark, tmp_path, "recent", checkpoint_interval=3)
+    for key in "abc":
+        append(spark, table, [(key, 1, "open")])
+    age_log(log, 60)
+
+    for key in "def":
+        append(spark, table, [(key, 1, "open")])
+
+    assert (log / "00000000000000000000.json").exists()
+    assert spark.read.format("delta").load(table).count() == 6
+
+
+def test_a_logs_listing_from_a_version_is_what_deltas_own_store_lists_with_a_status_per_entry_listed(
+    spark, tmp_path
+):
+    # The file: scheme's log store (posix_fs.LOG_STORE_CONF) reads the folder's names and
+    # asks the status of those from the version listed; Delta's asks every entry's.
+    table, log = retained_table(spark, tmp_path, "listed", checkpoint_interval=3)
+    for key in "abcdefg":
+        append(spark, table, [(key, 1, "open")])
+    hadoop_path = java_class(spark, "org.apache.hadoop.fs.Path")
+    configuration = spark._jsc.hadoopConfiguration()
+    store = java_class(spark, "io.tidemark.fs.NamesFirstLogStore")
+
+    def listed(log_store, version: int) -> list[tuple[str, int, int]]:
+        found = log_store.listFrom(hadoop_path(f"file:{log}/{version:020d}.json"), configuration)
+        statuses = []
+        while found.hasNext():
+            status = found.next()
+            statuses.append((status.getPath().toString(), status.getLen(), status.getModificationTime()))
+        return statuses
+
+    names_first = store(configuration)
+    deltas_own = java_class(spark, "io.delta.storage.HDFSLogStore")(configuration)
+    for version in (0, 3, 6, 7):
+        statuses_before = store.statuses()
+        assert listed(names_first, version) == listed(deltas_own, version)
+        asked = store.statuses() - statuses_before
+        entries_from_version = [name for name in os.listdir(log) if name >= f"{version:020d}.json"]
+        assert asked == len(entries_from_version)
+    # And it is the store Delta lists a file: table's log through.
+    listings_before = store.listings()
+    append(spark, table, [("h", 1, "open")])
+    assert table_version(spark, table) == 8
+    assert store.listings() > listings_before

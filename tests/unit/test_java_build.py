@@ -18,7 +18,8 @@ def test_the_jar_holds_every_class_the_session_names(tmp_path):
     with zipfile.ZipFile(java_build.build(tmp_path)) as jar:
         entries = set(jar.namelist())
     named = {
-        class_name.replace(".", "/") + ".class" for class_name in (*posix_fs.HADOOP_CONF.values(), JSON_LINES)
+        class_name.replace(".", "/") + ".class"
+        for class_name in (*posix_fs.HADOOP_CONF.values(), *posix_fs.LOG_STORE_CONF.values(), JSON_LINES)
     }
     assert named <= entries
 
