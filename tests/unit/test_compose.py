@@ -276,3 +276,14 @@ def test_deployment_pipelines_are_the_shipped_ones_with_kafka_at_its_service(tmp
             assert deployed == original.replace("127.0.0.1:9092", "kafka:9092")
         else:
             assert deployed == original
+
+
+def test_the_images_setup_script_runs_only_modules_that_do_something_when_run():
+    # A module without a __main__ block runs and exits 0 having done nothing: the image
+    # would then lack Tidemark's jar and fail its first job, not its build.
+    script = (REPO / "spark_jobs" / "docker" / "install-jars.sh").read_text()
+    modules = re.findall(r"^python -m ([\w.]+)", script, re.MULTILINE)
+    assert "spark_jobs.java_build" in modules
+    for module in modules:
+        source = REPO / (module.replace(".", "/") + ".py")
+        assert 'if __name__ == "__main__":' in source.read_text(), module
