@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import functools
 import itertools
 import json
 import os
@@ -780,8 +781,10 @@ def log_history_benchmark(spark: SparkSession, work: Path) -> dict[str, float]:
             commit()
         results[f"log_commit_ms_{length}"] = median_ms(commit)
         results[f"log_version_ms_{length}"] = median_ms(lambda: table_version(spark, path))
+        latest = hadoop_path(f"file:{path}/_delta_log/{table_version(spark, path):020d}.")
         for name, store in stores.items():
-            results[f"log_listing_{name}_store_ms_{length}"] = median_ms(lambda store=store: listing(store))
+            timed_listing = functools.partial(listing, store, latest)
+            results[f"log_listing_{name}_store_ms_{length}"] = median_ms(timed_listing)
     first, last = LOG_HISTORY_LENGTHS[0], LOG_HISTORY_LENGTHS[-1]
     results[f"log_commit_{last}_vs_{first}"] = round(
         results[f"log_commit_ms_{last}"] / results[f"log_commit_ms_{first}"], 3
