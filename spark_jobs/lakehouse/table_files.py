@@ -55,6 +55,10 @@ class DataFile:
     action: JavaObject
     lowest: dict[str, Any] = field(default_factory=dict)
     highest: dict[str, Any] = field(default_factory=dict)
+    # A column's bounds as times, parsed once: every batch asks each of a table's files.
+    _times: dict[str, tuple[datetime | None, datetime | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def of(cls, action: JavaObject) -> DataFile:
@@ -66,10 +70,19 @@ class DataFile:
         """Whether the file may hold rows ``within``: only bounds its statistics give
         rule it out (Delta truncates timestamp bounds to the millisecond, downwards,
         which can only widen the range they rule in for millisecond-aligned limits)."""
-        lowest, highest = self.lowest.get(within.column), self.highest.get(within.column)
-        if highest is not None and datetime.fromisoformat(highest) < within.low:
+        lowest, highest = self._bounds_as_times(within.column)
+        if highest is not None and highest < within.low:
             return False
-        return lowest is None or datetime.fromisoformat(lowest) < within.high
+        return lowest is None or lowest < within.high
+
+    def _bounds_as_times(self, column: str) -> tuple[datetime | None, datetime | None]:
+        if column not in self._times:
+            lowest, highest = self.lowest.get(column), self.highest.get(column)
+            self._times[column] = (
+                None if lowest is None else datetime.fromisoformat(lowest),
+                None if highest is None else datetime.fromisoformat(highest),
+            )
+        return self._times[column]
 
 
 @dataclass
