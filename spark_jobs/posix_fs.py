@@ -7,8 +7,9 @@ creates. Every Delta commit and every streaming checkpoint file on a local disk
 started 5 processes. The classes in ``spark_jobs/java/io/tidemark/fs`` do both
 through the JVM; they are compiled at setup into Tidemark's jar
 (``spark_jobs.java_build``), and :data:`HADOOP_CONF` makes them the ``file:``
-scheme's file systems, and :data:`LOG_STORE_CONF` lists a Delta log on it by names
-before statuses.
+scheme's file systems, and :data:`LOG_STORE_CONF` makes Delta commit a version on
+it once among any number of JVMs (a link, which fails where the name exists) and
+list a log by names before statuses.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ HADOOP_CONF = {
 }
 
 LOG_STORE_CONF = {
-    # Delta's log store for file:, listing a log from a version without a status per entry.
-    "spark.delta.logStore.file.impl": "io.tidemark.fs.NamesFirstLogStore",
+    # Delta's log store for file:: a version committed once across JVMs, a log listed
+    # from a version without a status per entry.
+    "spark.delta.logStore.file.impl": "io.tidemark.fs.LocalLogStore",
 }

@@ -55,11 +55,9 @@ def no_file_listing_in_checksums(spark: SparkSession) -> Iterator[None]:
 def creation_lock(root: str) -> Iterator[None]:
     """Serialise table creation among the jobs of one machine's lakehouse.
 
-    Delta commits to a local folder through a check-then-rename of the commit file
-    and of its ``.crc`` beside it, with no lock between JVMs: two jobs creating the
-    same table at the same instant can leave version 0 from one and its checksum
-    from the other (``ChecksumException`` for every later reader). Object stores
-    are left to Delta's LogStore for their scheme."""
+    Of two jobs creating the same table at the same instant, one commits version 0
+    and the other fails with Delta's conflict; under the lock the second finds the
+    table. Object stores are left to Delta's LogStore for their scheme."""
     if "://" in root and not root.startswith("file:"):
         yield
         return

@@ -787,7 +787,7 @@ def sustained_benchmark(
 
 LOG_HISTORY_LENGTHS = (50, 500, 5_000)
 LOG_HISTORY_SAMPLES = 20
-LOG_STORES = {"delta": "io.delta.storage.HDFSLogStore", "tidemark": "io.tidemark.fs.NamesFirstLogStore"}
+LOG_STORES = {"delta": "io.delta.storage.HDFSLogStore", "tidemark": "io.tidemark.fs.LocalLogStore"}
 
 
 def log_history_benchmark(spark: SparkSession, work: Path) -> dict[str, float]:

@@ -38,7 +38,7 @@ def test_a_gold_refresh_costs_no_more_spark_jobs_nor_log_statuses_after_dozens_o
     registry: TableRegistry = registry_for(write_pipeline(tmp_path), tmp_path / "lakehouse")
     config = registry.config
     create_missing(spark, registry)
-    log_store = java_class(spark, "io.tidemark.fs.NamesFirstLogStore")
+    log_store = java_class(spark, "io.tidemark.fs.LocalLogStore")
     jobs, statuses = [], []
     with session_settings(spark, CHECKSUM_FILES_LIMIT):
         for minute in range(BATCHES):

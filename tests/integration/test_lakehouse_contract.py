@@ -184,7 +184,7 @@ def test_a_logs_listing_from_a_version_is_what_deltas_own_store_lists_with_a_sta
         append(spark, table, [(key, 1, "open")])
     hadoop_path = java_class(spark, "org.apache.hadoop.fs.Path")
     configuration = spark._jsc.hadoopConfiguration()
-    store = java_class(spark, "io.tidemark.fs.NamesFirstLogStore")
+    store = java_class(spark, "io.tidemark.fs.LocalLogStore")
 
     def listed(log_store, version: int) -> list[tuple[str, int, int]]:
         found = log_store.listFrom(hadoop_path(f"file:{log}/{version:020d}.json"), configuration)

@@ -5,10 +5,17 @@ import java.io.File;
 import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.Files;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
+import java.util.UUID;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileStatus;
@@ -17,7 +24,17 @@ import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 
 /**
- * Delta's log store for {@code file:}, listing a log from a version by the names in its folder.
+ * Delta's log store for {@code file:}: a version committed by one writer of any number of JVMs,
+ * and a log listed from a version by the names in its folder.
+ *
+ * <p>Delta's own store checks that a version's file is absent and then renames its temporary file
+ * onto it, and only a lock inside one JVM keeps two commits of that version apart: a rename
+ * replaces its target, so of two JVMs committing one version at the same moment, the later one
+ * silently overwrites the earlier's commit. This store writes the version's temporary file, syncs
+ * it to disk, and links it to the version's name (link(2) fails if the name exists, atomically):
+ * the JVM that loses the race gets the {@link FileAlreadyExistsException} Delta expects, and Delta
+ * checks for conflicts and retries at the next version. A commit is whole on disk before it is
+ * visible, so a machine that stops mid-commit leaves no truncated version.
  *
  * <p>Delta's own ({@link HDFSLogStore}) asks the file system for the status of every entry in
  * {@code _delta_log} and then keeps those from the version asked for: a stat per commit, checksum
@@ -26,7 +43,7 @@ import org.apache.hadoop.fs.Path;
  * This store reads the folder's names, keeps those from the version asked for, and asks the status
  * of each as it is read. Writes stay Delta's: create-then-rename without overwrite.
  */
-public class NamesFirstLogStore extends HDFSLogStore {
+public class LocalLogStore extends HDFSLogStore {
   // What the listings of this JVM have cost, for tests that pin a batch's cost against history.
   private static final AtomicLong LISTINGS = new AtomicLong();
   private static final AtomicLong STATUSES = new AtomicLong();
@@ -40,8 +57,42 @@ public class NamesFirstLogStore extends HDFSLogStore {
     return STATUSES.get();
   }
 
-  public NamesFirstLogStore(Configuration hadoopConf) {
+  public LocalLogStore(Configuration hadoopConf) {
     super(hadoopConf);
+  }
+
+  @Override
+  public void write(Path path, Iterator<String> actions, Boolean overwrite, Configuration hadoopConf)
+      throws IOException {
+    FileSystem fileSystem = path.getFileSystem(hadoopConf);
+    if (overwrite || !(fileSystem instanceof LocalFileSystem)) {
+      super.write(path, actions, overwrite, hadoopConf);
+      return;
+    }
+    java.nio.file.Path target = ((LocalFileSystem) fileSystem).pathToFile(path).toPath();
+    java.nio.file.Path temporary =
+        target.resolveSibling("." + target.getFileName() + "." + UUID.randomUUID() + ".tmp");
+    try {
+      try (FileChannel channel =
+          FileChannel.open(temporary, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
+        while (actions.hasNext()) {
+          ByteBuffer line = ByteBuffer.wrap((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
+          while (line.hasRemaining()) {
+            channel.write(line);
+          }
+        }
+        channel.force(true);
+      }
+      Files.createLink(target, temporary);
+      // The new name on disk too: a version a writer saw committed stays committed.
+      try (FileChannel folder = FileChannel.open(target.getParent(), StandardOpenOption.READ)) {
+        folder.force(true);
+      }
+    } catch (FileAlreadyExistsException taken) {
+      throw new FileAlreadyExistsException(path.toString());
+    } finally {
+      Files.deleteIfExists(temporary);
+    }
   }
 
   @Override
