@@ -39,9 +39,8 @@ import org.apache.hadoop.fs.Path;
  * <p>Delta's own ({@link HDFSLogStore}) asks the file system for the status of every entry in
  * {@code _delta_log} and then keeps those from the version asked for: a stat per commit, checksum
  * and checkpoint the table ever kept, some 16 ms per thousand entries, five to seven times a
- * micro-batch. A stream committing every second keeps a day's log (its retention), 345 k entries.
- * This store reads the folder's names, keeps those from the version asked for, and asks the status
- * of each as it is read. Writes stay Delta's: create-then-rename without overwrite.
+ * micro-batch: a day of a commit a second is 345 k entries. This store reads the folder's names,
+ * keeps those from the version asked for, and asks the status of each as it is read.
  */
 public class LocalLogStore extends HDFSLogStore {
   // What the listings of this JVM have cost, for tests that pin a batch's cost against history.
