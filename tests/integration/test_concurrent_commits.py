@@ -23,7 +23,7 @@ from tests.integration.concurrent_writer import SCHEMA
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 WRITERS = ("a", "b")
-COMMITS = 50
+COMMITS = 30
 
 
 def log_entries(table: Path) -> list[tuple[int, list[dict]]]:
@@ -49,6 +49,7 @@ def test_writers_in_two_jvms_committing_at_once_each_land_every_commit_once(spar
                 name,
                 str(COMMITS),
                 str(signals),
+                *WRITERS,
             ]
         )
         for name in WRITERS
