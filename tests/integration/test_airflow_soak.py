@@ -40,7 +40,7 @@ from tests.integration.lakehouse_sql import (
     engine_silver,
     engine_status_events,
 )
-from tests.integration.test_late_merge import assert_reconciles, quarantine_by_status
+from tests.integration.test_late_merge import assert_reconciles, quarantine_by_status, statuses_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -129,6 +129,14 @@ def latest_step(spark, registry):
     """The newest watermark history row: the combined watermark now."""
     history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
     return history.orderBy(F.desc("processing_time"), F.desc("batch_id")).first()
+
+
+def detector_read_all(spark, registry) -> bool:
+    """Whether offline detection's clock has reached the newest bronze version silver judged."""
+    history = spark.read.format("delta").load(registry.ops["watermark_history"].path)
+    judged_up_to = history.selectExpr("max(batch_id)").first()[0]
+    clock = spark.read.format("delta").load(registry.offline_state.path).where("kind = 'clock'").first()
+    return clock is not None and clock.version >= judged_up_to
 
 
 def fired(watermark: int) -> str:
@@ -243,8 +251,12 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
                 lambda: judged(spark, registry) == count(spark, registry.bronze.path), 600, "silver", every=5
             )
             reached("silver_caught_up")
-            # Every record is judged, so the quarantine is complete: the last merge folds
-            # it in while the idleness checks below run beside it.
+            # The detector judges tracks late a batch or more behind silver: only once it
+            # has read every bronze version silver judged are its late tracks complete.
+            wait(lambda: detector_read_all(spark, registry), 600, "offline detection", every=5)
+            reached("detector_caught_up")
+            # Every record and track is judged, so both side outputs are complete: the
+            # last merge folds them in while the idleness checks below run beside it.
             merges.append(airflow.trigger("tidemark_late_merge", {}))
 
             # The feed has stopped: once every partition has been quiet for the
@@ -284,6 +296,7 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
                     name
                     for name, equal in (
                         ("quarantine", lambda: set(quarantine_by_status(spark, registry)) == {"merged"}),
+                        ("late tracks", lambda: statuses_of(spark, registry.late_tracks.path) == {"merged"}),
                         ("gold", lambda: engine_gold(spark, registry) == expected_gold),
                         ("status events", lambda: engine_status_events(spark, registry) == expected_events),
                     )
