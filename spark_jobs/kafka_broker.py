@@ -11,26 +11,19 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import signal
-import socket
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
 from spark_jobs.jars import _pyspark_jars, kafka_jars_dir
+from spark_jobs.servers import free_port, serve_in_foreground, stop_group
 from spark_jobs.session import JVM_PROFILES, SERIAL_COLLECTOR
 
 # The broker here serves tests and the demo beside Spark on the same few cores, a few
 # thousand records/s at most: C1 alone and the serial collector (short jobs' flags),
 # whose compiler and collector threads take less of those cores than the JDK's defaults.
 BROKER_JAVA_OPTIONS = [*JVM_PROFILES["short-jobs"].java_options.split(), SERIAL_COLLECTOR]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _classpath() -> str:
@@ -145,18 +138,7 @@ class KafkaBroker:
             admin.close()
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+        stop_group(self.process)
 
 
 def main() -> None:
@@ -164,26 +146,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9092)
     parser.add_argument("--dir", default="lakehouse/_kafka")
     args = parser.parse_args()
-    # The JVM runs in a session of its own, so a service manager's SIGTERM (or a closed
-    # terminal's SIGHUP) reaches only this process: treat them like Ctrl-C and stop the
-    # broker, instead of exiting and leaving the JVM orphaned.
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _interrupt)
     broker = KafkaBroker(args.dir, args.port)
-    try:
-        broker.start()
-        print(
-            f"Kafka broker ready on {broker.bootstrap_servers} (data in {args.dir}); Ctrl-C stops it",
-            flush=True,
-        )
-        broker.process.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        # A second signal must not cut the stop short and orphan the JVM after all.
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)
-        broker.stop()
+    serve_in_foreground(broker, f"Kafka broker ready on {broker.bootstrap_servers} (data in {args.dir})")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.servers import free_port
 from tidemark_airflow import SPARK_CONN_ID
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,12 +49,6 @@ SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_mana
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 SERVER_ERROR_ATTEMPTS, SERVER_ERROR_PAUSE_S = 5, 2.0
 RETRY_DELAY_SETTING = "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def environment(

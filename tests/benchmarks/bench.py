@@ -89,7 +89,6 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -117,6 +116,7 @@ from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.lakehouse.log import table_version
 from spark_jobs.lakehouse.table_files import forget_table_files
 from spark_jobs.lakehouse.transaction import Transaction, forget_partition_writers
+from spark_jobs.servers import stop_group
 from spark_jobs.session import JVM_PROFILE_VARIABLE, build_session, profile_for_records
 from spark_jobs.submit import submit_command, submit_env
 from spark_jobs.tables import (
@@ -533,12 +533,7 @@ def drained(spark: SparkSession, registry: TableRegistry, records: int, timeout:
 
 def stop_stream(process: subprocess.Popen) -> None:
     """SIGTERM: the job stops its query at a batch boundary and logs its run."""
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    stop_group(process, grace_s=120)
 
 
 def steady_fleet(devices: int, seed: int, seconds: float, rate: float) -> list[Generated]:
@@ -972,7 +967,9 @@ def merge_beside_live_benchmark(repeats: int, work: Path) -> dict[str, float]:
     demo's streams run. The DAG stays unpaused, as in the demo: a scheduled run that
     comes due after a press waits behind the pressed one (one active run a DAG)."""
     from tidemark_airflow import demo
-    from tidemark_airflow.standalone import Airflow, free_port, stop, wait
+    from tidemark_airflow.standalone import Airflow, stop, wait
+
+    from spark_jobs.servers import free_port
 
     home, lakehouse, port = work / "demo-airflow", work / "demo-lakehouse", free_port()
     seconds, runs = [], []

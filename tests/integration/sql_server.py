@@ -16,8 +16,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidemark_airflow.standalone import free_port
-
+from spark_jobs.servers import free_port
 from spark_jobs.submit import submit_env
 from tests.integration.conftest import kill_hard, wait_for
 

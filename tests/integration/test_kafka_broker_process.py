@@ -19,7 +19,7 @@ from typing import IO
 
 import pytest
 
-from spark_jobs.kafka_broker import free_port
+from spark_jobs.servers import free_port
 
 pytestmark = [pytest.mark.slow]
 

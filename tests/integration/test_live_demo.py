@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 from tidemark_airflow import demo
-from tidemark_airflow.standalone import USER, Airflow, free_port, processes_of, stop, wait
+from tidemark_airflow.standalone import USER, Airflow, processes_of, stop, wait
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.generator import Manifest, fleet_of, live_records, live_template, malformed_kinds
+from spark_jobs.servers import free_port
 from spark_jobs.tables import TableRegistry
 from tests.integration.browser import DevTools, log_in
 from tests.integration.conftest import PIPELINES, assert_bronze_reconciles

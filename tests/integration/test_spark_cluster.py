@@ -23,10 +23,10 @@ from pathlib import Path
 import pyspark
 import pytest
 from tidemark_airflow.operators import TidemarkJobOperator
-from tidemark_airflow.standalone import free_port
 
 from spark_jobs.config import load_pipeline
 from spark_jobs.generator import FleetSpec, Manifest, generate, write_landing
+from spark_jobs.servers import free_port
 from spark_jobs.tables import TableRegistry
 from tests.integration.conftest import assert_bronze_reconciles, write_pipeline
 from tests.integration.engine import assert_reconciles
