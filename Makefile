@@ -25,10 +25,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	@$(UV_INSTALL) --no-deps -e . > $(VENV)/editable-install.log 2>&1 || { cat $(VENV)/editable-install.log; exit 1; }
 	@touch $@
 
-# Spark's jars (Delta, the Kafka connector) and the test broker's apart: under `make -j`
+# Spark's jars (Delta, the Kafka connector, S3A) and the test broker's apart: under `make -j`
 # (`make test`) the broker's resolve while the class archive builds.
 $(JARS_STAMP): $(VENV)/.installed spark_jobs/jars.py
-	@$(PY) -m spark_jobs.jars spark token-provider
+	@$(PY) -m spark_jobs.jars spark token-provider s3a
 	@touch $@
 
 $(KAFKA_STAMP): $(VENV)/.installed spark_jobs/jars.py

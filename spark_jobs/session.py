@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from spark_jobs import object_store
 from spark_jobs.jars import local_jars
 from spark_jobs.jvm import driver_java_options
 from spark_jobs.posix_fs import HADOOP_CONF, LOG_STORE_CONF
@@ -190,6 +191,8 @@ def base_conf(default_profile: str = DEFAULT_PROFILE, chosen_profile: str | None
         # file: through the JVM, not through readlink and chmod processes.
         **HADOOP_CONF,
         **LOG_STORE_CONF,
+        # s3a:: the object store's log store, and its endpoint from the environment.
+        **object_store.spark_conf(),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "in-memory",
@@ -217,10 +220,6 @@ def base_conf(default_profile: str = DEFAULT_PROFILE, chosen_profile: str | None
         # Starting the UI's web server costs every job start-up; turn it on to watch one.
         "spark.ui.enabled": "true" if os.environ.get("TIDEMARK_SPARK_UI") == "true" else "false",
     }
-    endpoint = os.environ.get("TIDEMARK_S3_ENDPOINT")
-    if endpoint:
-        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
-        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
     # Imported from a zip shipped with --py-files (a driver on a cluster), the package
     # has no log4j file on disk: then spark-submit's own Java options stand.
     if LOG4J.is_file():

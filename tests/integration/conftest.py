@@ -21,6 +21,7 @@ import yaml
 from spark_jobs.config import load_pipeline
 from spark_jobs.generator import Manifest
 from spark_jobs.kafka_broker import KafkaBroker
+from spark_jobs.object_store import S3Server
 from spark_jobs.submit import submit_command, submit_env
 from spark_jobs.tables import TableRegistry
 from tests.integration.browser import chromium  # noqa: F401 (a fixture for the browser tests)
@@ -33,6 +34,19 @@ def kafka_broker(tmp_path_factory):
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory, spark):
+    """A real S3 server (SeaweedFS) on loopback, with its bucket ``lake``. The shared
+    session reaches it through its Hadoop settings; jobs started as processes need
+    ``s3_server.environment()``."""
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    configuration = spark._jsc.hadoopConfiguration()
+    for key, value in server.hadoop_conf().items():
+        configuration.set(key, value)
+    yield server
+    server.stop()
 
 
 def write_pipeline(folder: Path, base: str = "telemetry", **sections) -> Path:

@@ -9,7 +9,7 @@ from spark_jobs import jars
 def test_an_unknown_jar_target_is_refused_with_the_targets_there_are():
     with pytest.raises(
         SystemExit,
-        match=r"unknown jar targets \['sprak'\]; choose from \['spark', 'token-provider', 'kafka'\]",
+        match=r"unknown jar targets \['sprak'\]; choose from \['spark', 'token-provider', 's3a', 'kafka'\]",
     ):
         jars.main(["spark", "sprak"])
 
@@ -30,6 +30,16 @@ def test_a_pinned_jar_is_fetched_from_its_maven_central_path():
 def test_the_pins_hold_the_delta_and_kafka_connector_of_the_installed_pyspark_and_delta_spark():
     pinned = {pin.coordinates for pin in jars.SPARK_JARS}
     assert set(jars.maven_packages()) <= pinned
+
+
+def test_the_s3a_pins_hold_hadoop_aws_of_the_hadoop_pyspark_ships():
+    shipped = {jar.name for jar in jars._pyspark_jars() if jar.name.startswith("hadoop-client-api-")}
+    hadoop = {
+        f"hadoop-client-api-{pin.coordinates.split(':')[2]}.jar"
+        for pin in jars.S3A_JARS
+        if ":hadoop-aws:" in pin.coordinates
+    }
+    assert shipped and hadoop == shipped
 
 
 class Served:

@@ -245,3 +245,22 @@ def test_a_stream_job_run_in_this_process_asks_for_its_triggers_profile(monkeypa
     with pytest.raises(SystemExit):
         silver.main(["--pipeline", str(PIPELINES / "telemetry.yaml"), "--trigger", trigger])
     assert asked == {"default_profile": profile}
+
+
+def test_an_s3_endpoint_from_the_environment_is_reached_path_style_over_the_scheme_it_names():
+    from spark_jobs import object_store
+
+    conf = object_store.spark_conf({"TIDEMARK_S3_ENDPOINT": "http://127.0.0.1:8333"})
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:8333"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    secure = object_store.spark_conf({"TIDEMARK_S3_ENDPOINT": "https://s3.example.org"})
+    assert secure["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "true"
+
+
+def test_without_an_endpoint_s3a_goes_to_aws_and_still_commits_through_the_put_if_absent_store():
+    from spark_jobs import object_store
+
+    conf = object_store.spark_conf({})
+    assert not any(key.startswith("spark.hadoop.fs.s3a.") for key in conf)
+    assert conf["spark.delta.logStore.s3a.impl"] == "io.tidemark.fs.ObjectStoreLogStore"

