@@ -20,7 +20,6 @@ is a stalled bronze (the Airflow page reports it by the same rule).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +33,7 @@ from spark_jobs.engine.clocks import judged_version
 from spark_jobs.engine.watermark_steps import advance_idle
 from spark_jobs.jobs.common import default_checkpoint, exit_on_config_error, folder_argument
 from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.files import visible_files
 from spark_jobs.lakehouse.log import table_version
 from spark_jobs.lakehouse.reads import change_feed
 from spark_jobs.lakehouse.runs import RunLog, RunTotals
@@ -58,29 +58,21 @@ class Health:
     stalled: list[str] = field(default_factory=list)
 
 
-def landing_files(folder: str) -> dict[str, datetime]:
-    """Visible landing files by name, with their modification times (files being
-    written are hidden, by the landing convention)."""
-    if not os.path.isdir(folder):
-        return {}
-    found = {}
-    for entry in os.scandir(folder):
-        if entry.is_file() and not entry.name.startswith((".", "_")):
-            found[entry.name] = datetime.fromtimestamp(entry.stat().st_mtime, UTC)
-    return found
-
-
 def unread_landing_files(
     spark: SparkSession, registry: TableRegistry, bronze_checkpoint: str
 ) -> dict[str, datetime]:
     folder = registry.landing_path
-    if registry.config.source.kind != "files" or folder is None or "://" in folder:
+    if registry.config.source.kind != "files" or folder is None:
         return {}
-    landed = landing_files(folder)
+    landed = visible_files(spark, folder)
     if not landed:
         return {}
     ingested = committed_landing_files(spark, bronze_checkpoint)
-    return {name: at for name, at in landed.items() if name not in ingested}
+    return {
+        name: datetime.fromtimestamp(at_ms / 1000, UTC)
+        for name, at_ms in landed.items()
+        if name not in ingested
+    }
 
 
 def unjudged_versions(spark: SparkSession, registry: TableRegistry) -> tuple[int, datetime | None]:

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.jvm import java_class
 from spark_jobs.lakehouse.log import discard_unfinished_creation, has_commits
+from spark_jobs.lakehouse.reachable import require_reachable
 from spark_jobs.tables import TableRef, TableRegistry
 
 CREATE_ATTEMPTS = 4
@@ -94,7 +95,9 @@ def create_if_missing(spark: SparkSession, table: TableRef) -> bool:
 def create_missing(spark: SparkSession, registry: TableRegistry) -> list[TableRef]:
     """Create every table of ``registry`` that does not exist yet; returns the ones
     created. When they all exist (every start but the first) this costs a few file
-    lookups a table, and no Delta snapshot."""
+    lookups a table, and no Delta snapshot. A lakehouse on object storage that cannot
+    be reached is a :class:`~spark_jobs.config.ConfigError`, before anything is written."""
+    require_reachable(spark, registry.root)
     missing = [table for table in registry.all() if not has_commits(spark, table.path)]
     if not missing:
         return []

@@ -28,6 +28,20 @@ def read_text(spark: SparkSession, path: str, *parts: str) -> str:
         stream.close()
 
 
+def visible_files(spark: SparkSession, folder: str) -> dict[str, int]:
+    """The files directly in ``folder`` whose names start with neither ``.`` nor ``_``
+    (hidden while written, by the landing convention), with their modification times
+    in ms; a folder that does not exist holds none."""
+    filesystem, path = hadoop_file(spark, folder)
+    if not filesystem.exists(path):
+        return {}
+    return {
+        status.getPath().getName(): status.getModificationTime()
+        for status in filesystem.listStatus(path)
+        if status.isFile() and not status.getPath().getName().startswith((".", "_"))
+    }
+
+
 def delete_older_than(spark: SparkSession, folder: str, moment_ms: int) -> int:
     """Delete every file under ``folder`` (at any depth) last modified before ``moment_ms``;
     returns how many. A folder that does not exist holds none."""

@@ -1,0 +1,129 @@
+"""A lakehouse on a real S3 server (SeaweedFS on loopback): a store that cannot be
+reached is a clear error within seconds and nothing is written; tables are created
+there and committed to through Tidemark's log store."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from pyarrow import fs
+
+from spark_jobs.config import ConfigError
+from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.files import visible_files
+from spark_jobs.lakehouse.reachable import require_reachable
+from spark_jobs.servers import free_port
+from spark_jobs.tables import TableRegistry
+from tests.integration.conftest import PIPELINES
+
+pytestmark = [pytest.mark.spark]
+
+
+def objects_under(server, prefix: str) -> list[str]:
+    found = server.filesystem().get_file_info(fs.FileSelector(prefix, allow_not_found=True, recursive=True))
+    return [info.path for info in found]
+
+
+@pytest.fixture
+def bucket_settings(spark):
+    """Per-bucket S3A settings on the shared session, for buckets a test makes up."""
+    configuration = spark._jsc.hadoopConfiguration()
+    made = []
+
+    def setting(bucket: str, key: str, value: str) -> None:
+        configuration.set(f"fs.s3a.bucket.{bucket}.{key}", value)
+        made.append(f"fs.s3a.bucket.{bucket}.{key}")
+
+    yield setting
+    for key in made:
+        configuration.unset(key)
+
+
+def test_a_lakehouse_whose_endpoint_answers_nothing_is_a_clear_error_within_seconds(
+    spark, s3_server, bucket_settings
+):
+    bucket_settings("nowhere", "endpoint", f"http://127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    with pytest.raises(
+        ConfigError, match=r"--lakehouse: s3a://nowhere/lake: nothing answers at the endpoint"
+    ):
+        require_reachable(spark, "s3a://nowhere/lake")
+    assert time.monotonic() - started < 30
+
+
+def test_a_lakehouse_in_a_bucket_that_does_not_exist_is_a_clear_error(spark, s3_server):
+    with pytest.raises(ConfigError, match=r"s3a://no-such-bucket/lake: the bucket does not exist"):
+        require_reachable(spark, "s3a://no-such-bucket/lake")
+
+
+def test_a_lakehouse_whose_credentials_the_store_refuses_is_a_clear_error(spark, s3_server, bucket_settings):
+    bucket_settings(s3_server.bucket, "secret.key", "not-the-secret")
+    with pytest.raises(ConfigError, match=r"the store refused the credentials"):
+        require_reachable(spark, f"s3a://{s3_server.bucket}/lake-{uuid.uuid4().hex}")
+
+
+def test_a_lakehouse_not_yet_written_in_a_reachable_bucket_is_fine(spark, s3_server):
+    require_reachable(spark, f"s3a://{s3_server.bucket}/lake-{uuid.uuid4().hex}")
+
+
+def test_creating_the_tables_with_refused_credentials_exits_with_the_reason_and_writes_nothing(
+    s3_server, tmp_path
+):
+    root = f"{s3_server.bucket}/refused-{uuid.uuid4().hex}"
+    environment = {**s3_server.environment(), "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
+    command = [
+        str(Path(sys.executable).with_name("tidemark")),
+        *(
+            "tables",
+            "--create",
+            "--pipeline",
+            str(PIPELINES / "telemetry.yaml"),
+            "--lakehouse",
+            f"s3a://{root}",
+        ),
+    ]
+    started = time.monotonic()
+    done = subprocess.run(
+        command, env={**__import__("os").environ, **environment}, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"--lakehouse: s3a://{root}: the store refused the credentials" in done.stderr
+    # The JVM's start is most of it; the question itself fails at once.
+    assert time.monotonic() - started < 60
+    assert objects_under(s3_server, root) == []
+
+
+def test_a_pipelines_tables_are_created_on_object_storage_and_found_there_the_second_time(spark, s3_server):
+    from spark_jobs.config import load_pipeline
+
+    registry = TableRegistry(
+        load_pipeline(PIPELINES / "telemetry.yaml"), f"s3a://{s3_server.bucket}/lake-{uuid.uuid4().hex}"
+    )
+    created = create_missing(spark, registry)
+    assert {table.sql_name for table in created} == {table.sql_name for table in registry.all()}
+    assert create_missing(spark, registry) == []
+    assert spark.read.format("delta").load(registry.bronze.path).schema == registry.bronze.schema
+
+
+def test_the_visible_files_of_a_landing_folder_are_the_same_on_object_storage_as_on_a_disk(
+    spark, s3_server, tmp_path
+):
+    prefix = f"{s3_server.bucket}/landing-{uuid.uuid4().hex}"
+    store = s3_server.filesystem()
+    names = ["part-0.json", "part-1.json", "_writing.json", ".hidden.json"]
+    (tmp_path / "landing").mkdir()
+    for name in names:
+        (tmp_path / "landing" / name).write_text("{}\n")
+        with store.open_output_stream(f"{prefix}/{name}") as stream:
+            stream.write(b"{}\n")
+    before_ms = time.time() * 1000 - 60_000
+    on_disk = visible_files(spark, str(tmp_path / "landing"))
+    on_s3 = visible_files(spark, f"s3a://{prefix}")
+    assert set(on_disk) == set(on_s3) == {"part-0.json", "part-1.json"}
+    assert all(at_ms > before_ms for at_ms in [*on_disk.values(), *on_s3.values()])
+    assert visible_files(spark, f"s3a://{prefix}-absent") == {}
