@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from spark_jobs.object_store import is_object_store, pyarrow_filesystem
+
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 FAR_FUTURE_MS = 221_845_392_000_000  # year 9000: valid, but beyond any future skew
 REGIONS = ("north", "south", "east", "west")
@@ -373,12 +375,17 @@ def chunk(records: Sequence[Generated], size: int) -> Iterable[Sequence[Generate
         yield records[start : start + size]
 
 
+def landing_name(prefix: str, mtime: float, index: int, extension: str) -> str:
+    """A landed file's name: its landing moment and index, so that names sort as files landed."""
+    return f"{prefix}-{int(mtime * 1000)}-{index:06d}.{extension}"
+
+
 def land_file(
     folder: Path, lines: Sequence[str], mtime: float, prefix: str, index: int, extension: str
 ) -> str:
     """Land ``lines`` as one file in ``folder`` atomically (written under a hidden
     name, then renamed), with modification time ``mtime``, named by it and ``index``."""
-    name = f"{prefix}-{int(mtime * 1000)}-{index:06d}.{extension}"
+    name = landing_name(prefix, mtime, index, extension)
     hidden = folder / f".{name}.tmp"
     hidden.write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.utime(hidden, (mtime, mtime))
@@ -402,16 +409,33 @@ def land_files(
     """Land each list of lines as one file, in order. Each file appears atomically
     with a strictly increasing modification time, because Spark's file source
     takes files in mtime order. ``rate`` paces the files to that many lines per second."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    mtime = _next_mtime(folder)
+    land: Callable[[Sequence[str], float, int], str]
+    if is_object_store(str(folder)):
+        # A put is atomic, and the store sets the time (to the second): files of one
+        # second are taken in name order, and names hold the landing moment.
+        store, path = pyarrow_filesystem(str(folder))
+        mtime = time.time()
+
+        def land(lines: Sequence[str], moment: float, index: int) -> str:
+            name = landing_name(prefix, moment, index, extension)
+            with store.open_output_stream(f"{path}/{name}") as stream:
+                stream.write(("\n".join(lines) + "\n").encode())
+            return f"{str(folder).rstrip('/')}/{name}"
+    else:
+        local = Path(folder)
+        local.mkdir(parents=True, exist_ok=True)
+        mtime = _next_mtime(local)
+
+        def land(lines: Sequence[str], moment: float, index: int) -> str:
+            return land_file(local, lines, moment, prefix, index, extension)
+
     written = []
     started = time.monotonic()
     sent = 0
     for index, lines in enumerate(files):
         # Its landing moment (ingest_time), kept strictly after the previous file's.
         mtime = max(mtime, time.time())
-        written.append(land_file(folder, lines, mtime, prefix, index, extension))
+        written.append(land(lines, mtime, index))
         mtime += 0.01
         sent += len(lines)
         if rate:

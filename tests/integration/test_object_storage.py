@@ -13,13 +13,26 @@ from pathlib import Path
 import pytest
 from pyarrow import fs
 
-from spark_jobs.config import ConfigError
+from spark_jobs.config import ConfigError, load_pipeline
+from spark_jobs.generator import FleetSpec, Manifest, generate
+from spark_jobs.jobs import merge_late
+from spark_jobs.jobs.replay import replay
 from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.lakehouse.files import visible_files
 from spark_jobs.lakehouse.reachable import require_reachable
 from spark_jobs.servers import free_port
 from spark_jobs.tables import TableRegistry
-from tests.integration.conftest import PIPELINES
+from tests.integration.conftest import PIPELINES, assert_bronze_reconciles, write_pipeline
+from tests.integration.lakehouse_sql import (
+    batch_gold,
+    batch_silver,
+    batch_status_events,
+    engine_gold,
+    engine_silver,
+    engine_status_events,
+    not_quarantined,
+)
+from tests.integration.test_late_merge import assert_reconciles, quarantine_by_status, statuses_of
 
 pytestmark = [pytest.mark.spark]
 
@@ -99,8 +112,6 @@ def test_creating_the_tables_with_refused_credentials_exits_with_the_reason_and_
 
 
 def test_a_pipelines_tables_are_created_on_object_storage_and_found_there_the_second_time(spark, s3_server):
-    from spark_jobs.config import load_pipeline
-
     registry = TableRegistry(
         load_pipeline(PIPELINES / "telemetry.yaml"), f"s3a://{s3_server.bucket}/lake-{uuid.uuid4().hex}"
     )
@@ -127,3 +138,38 @@ def test_the_visible_files_of_a_landing_folder_are_the_same_on_object_storage_as
     assert set(on_disk) == set(on_s3) == {"part-0.json", "part-1.json"}
     assert all(at_ms > before_ms for at_ms in [*on_disk.values(), *on_s3.values()])
     assert visible_files(spark, f"s3a://{prefix}-absent") == {}
+
+
+def test_a_replay_and_a_late_merge_on_object_storage_reconcile_and_equal_a_batch_computation(
+    spark, s3_server, tmp_path, monkeypatch
+):
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    pipeline = write_pipeline(tmp_path)
+    fleet = generate(FleetSpec(devices=4, partitions=3, seed=11, duration_ms=40 * 60_000, late_ratio=0.05))
+    source = tmp_path / "fleet.json"
+    source.write_text("\n".join(record.line for record in fleet) + "\n")
+    config = load_pipeline(pipeline)
+    root = f"s3a://{s3_server.bucket}/replayed-{uuid.uuid4().hex}"
+    assert replay(spark, config, source, root, batch_size=500, flush=True) == 0
+
+    registry = TableRegistry(config, root)
+    assert_bronze_reconciles(spark, registry, Manifest.of(fleet), fleet)
+    assert_reconciles(spark, registry)
+    assert quarantine_by_status(spark, registry).get("pending", 0) > 0
+    on_time = not_quarantined(registry)
+    assert engine_silver(spark, registry) == batch_silver(spark, registry, on_time)
+    assert engine_gold(spark, registry) == batch_gold(spark, registry, on_time)
+
+    # The late merge folds the quarantine in: then silver, gold and the status events are
+    # the batch computation over all of bronze.
+    assert merge_late.main(["--pipeline", str(pipeline), "--lakehouse", root]) == 0
+    assert set(quarantine_by_status(spark, registry)) == {"merged"}
+    assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
+    assert_reconciles(spark, registry)
+    assert engine_silver(spark, registry) == batch_silver(spark, registry)
+    assert engine_gold(spark, registry) == batch_gold(spark, registry)
+    assert engine_status_events(spark, registry) == batch_status_events(spark, registry)
+    # The landing zone is on the store too: nothing of the lakehouse on this machine's disk.
+    assert objects_under(s3_server, f"{root.removeprefix('s3a://')}/_replay")
+    assert not Path("s3a:").exists()
