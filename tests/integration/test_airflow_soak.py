@@ -305,7 +305,7 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
                 return not apart
 
             try:
-                wait(converged, 600, "gold and offline to take in the fire and the merges", every=10)
+                wait(converged, 600, "gold and offline to take in the fire and the merges", every=5)
             except TimeoutError as timeout:
                 statuses = quarantine_by_status(spark, registry)
                 raise AssertionError(f"still apart: {apart}; quarantine by status: {statuses}") from timeout

@@ -14,7 +14,7 @@ from pyspark.sql import Row
 from pyspark.sql import functions as F
 
 from spark_jobs.config import load_pipeline
-from spark_jobs.jars import jars_dir, tidemark_jar_dir, token_provider_dir
+from spark_jobs.jars import jars_dir, s3a_dir, tidemark_jar_dir, token_provider_dir
 from spark_jobs.lakehouse.create import (
     ALL_FILES_IN_CHECKSUM,
     create_if_missing,
@@ -60,7 +60,7 @@ def test_building_columns_sends_the_jvm_no_python_call_sites(spark, monkeypatch)
 def test_session_uses_utc_and_only_local_jar_files(spark):
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     jars = spark.sparkContext.getConf().get("spark.jars").split(",")
-    folders = (str(jars_dir()), str(token_provider_dir()), str(tidemark_jar_dir()))
+    folders = (str(jars_dir()), str(token_provider_dir()), str(s3a_dir()), str(tidemark_jar_dir()))
     assert jars and all(jar.startswith(folders) and jar.endswith(".jar") for jar in jars)
     assert spark.conf.get("spark.jars.packages", None) is None
 
