@@ -62,19 +62,15 @@ def spark_conf(environment: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**LOG_STORE_CONF, **endpoint_conf(environment.get(ENDPOINT_VARIABLE))}
 
 
-def pyarrow_filesystem(
-    uri: str, environment: Mapping[str, str] | None = None
-) -> tuple[pyarrow.fs.S3FileSystem, str]:
+def pyarrow_filesystem(uri: str) -> tuple[pyarrow.fs.S3FileSystem, str]:
     """(pyarrow's S3 file system, the ``bucket/key`` path) for an ``s3a://`` URI, reached
     as Spark's sessions reach it: ``$TIDEMARK_S3_ENDPOINT``, credentials from ``AWS_*``."""
     from pyarrow import fs
 
-    environment = os.environ if environment is None else environment
-    endpoint = environment.get(ENDPOINT_VARIABLE)
     parts = urlsplit(uri)
     filesystem = fs.S3FileSystem(
-        endpoint_override=endpoint or None,
-        region=environment.get("AWS_REGION", "us-east-1"),
+        endpoint_override=os.environ.get(ENDPOINT_VARIABLE) or None,
+        region=os.environ.get("AWS_REGION", "us-east-1"),
         force_virtual_addressing=False,
     )
     return filesystem, f"{parts.netloc}{parts.path}".rstrip("/")
