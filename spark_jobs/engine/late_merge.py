@@ -33,6 +33,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -309,11 +310,15 @@ def finish(
 
 
 def merge_late(
-    spark: SparkSession, registry: TableRegistry, window: TimeRange, offline_live: bool = False
+    spark: SparkSession,
+    registry: TableRegistry,
+    window: TimeRange,
+    offline_busy: Callable[[], bool] | None = None,
 ) -> MergeReport:
     """Finish every interrupted run, then claim and merge the pending rows in ``window``.
     The late tracks are claimed first, so that a live offline stream folds them in
-    while the merge writes silver; ``offline_live`` says it runs (:func:`fold_late_tracks`)."""
+    while the merge writes silver; ``offline_busy`` tells of that stream when it runs
+    beside the merge (:func:`fold_late_tracks`)."""
     progress = Progress()
     create_missing(spark, registry)
     total = MergeReport()
@@ -337,7 +342,7 @@ def merge_late(
     if version is not None:
         total.add(finish(spark, registry, run_id, version, progress))
     if registry.config.offline is not None:
-        total.add(fold_late_tracks(spark, registry, run_id, tracks, offline_live))
+        total.add(fold_late_tracks(spark, registry, run_id, tracks, offline_busy))
         progress.done("late tracks folded in")
     return total
 
@@ -353,7 +358,11 @@ def claim_late_tracks(spark: SparkSession, registry: TableRegistry, window: Time
 
 
 def fold_late_tracks(
-    spark: SparkSession, registry: TableRegistry, run_id: str, claimed: int, stream_live: bool
+    spark: SparkSession,
+    registry: TableRegistry,
+    run_id: str,
+    claimed: int,
+    offline_busy: Callable[[], bool] | None,
 ) -> MergeReport:
     """Re-derive the status history of the keys of every claimed late track (an
     interrupted run's too: a re-derivation is a recomputation), then mark those
@@ -361,14 +370,21 @@ def fold_late_tracks(
 
     The detector's state is its stream's. A live offline stream sees the claim and
     folds the claimed tracks in with its next batch, often while the merge writes
-    silver: then nothing is left to do here. A merge that knows the stream is live
-    (``stream_live``: the application it runs in runs it) waits for that first; a
-    re-derivation here that finds a detector batch committed beside it leaves the
-    claim to the stream and waits as well, within :data:`HANDOVER_WAIT_S` each time,
-    then tries again: :data:`REDERIVE_ATTEMPTS`."""
+    silver: then nothing is left to do here. A merge that sees the stream
+    (``offline_busy``: the application it runs in runs it) waits for that first while
+    the stream has input or a batch at work; a quiet stream runs no batch, so the merge
+    re-derives at once. A re-derivation here that finds a detector batch committed
+    beside it leaves the claim to the stream and waits as well, within
+    :data:`HANDOVER_WAIT_S` each time, then tries again: :data:`REDERIVE_ATTEMPTS`."""
     _, _, late_table = detector.offline_tables(registry)
-    if claimed and stream_live and folded_in(spark, late_table.path, run_id, HANDOVER_WAIT_S):
-        return MergeReport(tracks_handed_over=True)
+    if claimed and offline_busy is not None:
+        if folded_in(spark, late_table.path, run_id, HANDOVER_WAIT_S, offline_busy):
+            return MergeReport(tracks_handed_over=True)
+        print(
+            "tidemark merge-late: the offline stream has no input to fold the claimed late tracks in "
+            "with; re-deriving them here",
+            file=sys.stderr,
+        )
     started = time.monotonic()
     for _ in range(REDERIVE_ATTEMPTS):
         now = datetime.now(UTC)
@@ -384,7 +400,7 @@ def fold_late_tracks(
             f"stream folds the claimed late tracks in (waiting up to {HANDOVER_WAIT_S:.0f} s)",
             file=sys.stderr,
         )
-        if folded_in(spark, late_table.path, run_id, HANDOVER_WAIT_S):
+        if folded_in(spark, late_table.path, run_id, HANDOVER_WAIT_S, offline_busy or always_busy):
             return MergeReport(tracks_handed_over=True)
     raise ConflictsExhausted(
         f"late tracks: detector batches committed beside {REDERIVE_ATTEMPTS} re-derivations in "
@@ -393,13 +409,21 @@ def fold_late_tracks(
     )
 
 
-def folded_in(spark: SparkSession, path: str, run_id: str, within_s: float) -> bool:
-    """Whether no late track ``run_id`` claimed is pending any longer, within ``within_s``."""
+def always_busy() -> bool:
+    """For a stream the merge cannot see: it may run a batch at any moment."""
+    return True
+
+
+def folded_in(
+    spark: SparkSession, path: str, run_id: str, within_s: float, stream_busy: Callable[[], bool]
+) -> bool:
+    """Whether no late track ``run_id`` claimed is pending any longer, within ``within_s``
+    and while the stream that folds them is busy (a quiet one runs no batch to fold with)."""
     deadline = time.monotonic() + within_s
     while True:
         if spark.read.format("delta").load(path).where(claims.claimed_by(run_id)).isEmpty():
             return True
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or not stream_busy():
             return False
         time.sleep(HANDOVER_POLL_S)
 
@@ -448,13 +472,16 @@ def summary(report: MergeReport) -> str:
 
 
 def logged_merge(
-    spark: SparkSession, registry: TableRegistry, window: TimeRange, offline_live: bool = False
+    spark: SparkSession,
+    registry: TableRegistry,
+    window: TimeRange,
+    offline_busy: Callable[[], bool] | None = None,
 ) -> str:
     """:func:`merge_late` as a run in ``ops.runs``; returns what it did (:func:`summary`)."""
     log = RunLog(spark, "merge_late", registry)
     log.started()
     try:
-        report = merge_late(spark, registry, window, offline_live)
+        report = merge_late(spark, registry, window, offline_busy)
     except Exception as error:
         log.ended("failed", RunTotals(), str(error)[:2000])
         raise

@@ -104,6 +104,20 @@ def folder_argument(path: str | None, field: str) -> str | None:
     return path
 
 
+def query_name(context: JobContext) -> str:
+    return f"tidemark-{context.job}-{context.config.name}"
+
+
+def stream_busy(stream: Stream) -> bool:
+    """Whether ``stream``'s query has a batch at work or input waiting for its next
+    trigger: False once the query has ended, or while it waits for input."""
+    for query in stream.spark.streams.active:
+        if query.name == query_name(stream.context):
+            status = query.status
+            return bool(status["isTriggerActive"] or status["isDataAvailable"])
+    return False
+
+
 def start_stream(
     frame: DataFrame, context: JobContext, batch_writer: Callable[[DataFrame, int], None]
 ) -> StreamingQuery:
@@ -111,7 +125,7 @@ def start_stream(
     writer = (
         frame.writeStream.foreachBatch(batch_writer)
         .option("checkpointLocation", context.checkpoint)
-        .queryName(f"tidemark-{context.job}-{context.config.name}")
+        .queryName(query_name(context))
     )
     if context.trigger == "available-now":
         writer = writer.trigger(availableNow=True)

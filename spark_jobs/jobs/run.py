@@ -19,6 +19,8 @@ The stages and their sessions are :mod:`spark_jobs.jobs.stages`.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from functools import partial
 
 from pyspark.sql import SparkSession
 
@@ -26,7 +28,14 @@ from spark_jobs.config import ConfigError
 from spark_jobs.engine import watermark_steps
 from spark_jobs.engine.late_merge import TimeRange, logged_merge
 from spark_jobs.engine.merge_requests import MergeRequest, MergeServer, requests_folder
-from spark_jobs.jobs.common import JobContext, exit_on_config_error, job_parser, run_streams, stream_session
+from spark_jobs.jobs.common import (
+    JobContext,
+    exit_on_config_error,
+    job_parser,
+    run_streams,
+    stream_busy,
+    stream_session,
+)
 from spark_jobs.jobs.stages import STAGES, job_context, stage_streams
 from spark_jobs.tables import TableRegistry
 
@@ -36,7 +45,10 @@ def run(spark: SparkSession, pipeline: JobContext, flush: bool = False) -> int:
     continuously, the application serves late merges as well."""
     if pipeline.trigger == "continuous":
         streams = [stream for stage in STAGES for stream in stage_streams(spark, pipeline, stage)]
-        server = merge_server(spark.newSession(), pipeline.registry)
+        offline = next((stream for stream in streams if stream.context.job == "offline"), None)
+        server = merge_server(
+            spark.newSession(), pipeline.registry, None if offline is None else partial(stream_busy, offline)
+        )
         try:
             return run_streams(streams)
         finally:
@@ -52,16 +64,18 @@ def run(spark: SparkSession, pipeline: JobContext, flush: bool = False) -> int:
     return 0
 
 
-def merge_server(spark: SparkSession, registry: TableRegistry) -> MergeServer | None:
-    """The application's server of late merges, started (None where the lakehouse is not on a file system)."""
+def merge_server(
+    spark: SparkSession, registry: TableRegistry, offline_busy: Callable[[], bool] | None
+) -> MergeServer | None:
+    """The application's server of late merges, started (None where the lakehouse is
+    not on a file system); ``offline_busy`` tells of the offline stream beside it."""
     folder = requests_folder(registry.root, registry.config.name)
     if folder is None:
         return None
 
     def merge(request: MergeRequest) -> str:
-        # The offline stream runs beside this server: it folds the claimed late tracks in.
         window = TimeRange.parsed(request.start, request.end)
-        return logged_merge(spark, registry, window, offline_live=registry.config.offline is not None)
+        return logged_merge(spark, registry, window, offline_busy)
 
     return MergeServer(folder, merge).start()
 
