@@ -62,18 +62,37 @@ def spark_conf(environment: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**LOG_STORE_CONF, **endpoint_conf(environment.get(ENDPOINT_VARIABLE))}
 
 
-def pyarrow_filesystem(uri: str) -> tuple[pyarrow.fs.S3FileSystem, str]:
-    """(pyarrow's S3 file system, the ``bucket/key`` path) for an ``s3a://`` URI, reached
-    as Spark's sessions reach it: ``$TIDEMARK_S3_ENDPOINT``, credentials from ``AWS_*``."""
+def pyarrow_filesystem(uri: str) -> tuple[pyarrow.fs.FileSystem, str]:
+    """(pyarrow's file system, the path in it) for a lakehouse path: the local disk, or
+    for an ``s3a://`` URI the store reached as Spark's sessions reach it
+    (``$TIDEMARK_S3_ENDPOINT``, credentials from ``AWS_*``) with ``bucket/key`` paths."""
     from pyarrow import fs
 
     parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return fs.LocalFileSystem(), os.path.abspath(parts.path)
     filesystem = fs.S3FileSystem(
         endpoint_override=os.environ.get(ENDPOINT_VARIABLE) or None,
         region=os.environ.get("AWS_REGION", "us-east-1"),
         force_virtual_addressing=False,
     )
     return filesystem, f"{parts.netloc}{parts.path}".rstrip("/")
+
+
+def deltalake_storage_options(uri: str, environment: Mapping[str, str] | None = None) -> dict[str, str]:
+    """delta-rs's storage options for reading a table at ``uri`` as Spark's sessions
+    reach it: the endpoint from ``$TIDEMARK_S3_ENDPOINT`` (none: AWS); credentials
+    stay in the ``AWS_*`` environment, where delta-rs looks for them itself."""
+    environment = os.environ if environment is None else environment
+    endpoint = environment.get(ENDPOINT_VARIABLE)
+    if not is_object_store(uri) or not endpoint:
+        return {}
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_REGION": environment.get("AWS_REGION", "us-east-1"),
+        "AWS_ALLOW_HTTP": str(urlsplit(endpoint).scheme == "http").lower(),
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+    }
 
 
 def weed_binary() -> Path:
@@ -85,9 +104,9 @@ def weed_binary() -> Path:
 
 
 class S3Server:
-    """A one-process SeaweedFS (``weed mini``: master, volume, filer and S3 gateway) on
-    127.0.0.1, with one identity and one bucket. Buckets are not created on first
-    write, as on AWS: a missing bucket is an error."""
+    """A one-process SeaweedFS (``weed mini``: master, volume, filer and S3 gateway)
+    listening on ``bind`` (loopback unless told), with one identity and one bucket.
+    Buckets are not created on first write, as on AWS: a missing bucket is an error."""
 
     def __init__(
         self,
@@ -96,8 +115,9 @@ class S3Server:
         access_key: str = "tidemark",
         secret_key: str = "tidemark-secret",
         port: int | None = None,
+        bind: str = "127.0.0.1",
     ) -> None:
-        self.folder = Path(folder)
+        self.folder, self.bind = Path(folder), bind
         self.bucket, self.access_key, self.secret_key = bucket, access_key, secret_key
         self.port = port or free_port()
         self.ports = {name: free_port() for name in ("master", "volume", "filer")}
@@ -147,7 +167,7 @@ class S3Server:
             "mini",
             f"-dir={self.folder / 'data'}",
             "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
+            f"-ip.bind={self.bind}",
             f"-s3.port={self.port}",
             *ports,
             *grpc,
@@ -205,13 +225,26 @@ class S3Server:
         stop_group(self.process)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Run a SeaweedFS S3 server on loopback in the foreground.")
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Run a SeaweedFS S3 server in the foreground; its identity is "
+        "$AWS_ACCESS_KEY_ID / $AWS_SECRET_ACCESS_KEY when set."
+    )
     parser.add_argument("--port", type=int, default=8333)
     parser.add_argument("--dir", default="lakehouse/_s3")
     parser.add_argument("--bucket", default="lake")
-    args = parser.parse_args()
-    server = S3Server(args.dir, args.bucket, port=args.port)
+    parser.add_argument("--bind", default="127.0.0.1", help="the address to listen on (default: loopback)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = argument_parser().parse_args(argv)
+    keys = {
+        name: os.environ[variable]
+        for name, variable in (("access_key", "AWS_ACCESS_KEY_ID"), ("secret_key", "AWS_SECRET_ACCESS_KEY"))
+        if os.environ.get(variable)
+    }
+    server = S3Server(args.dir, args.bucket, port=args.port, bind=args.bind, **keys)
     settings = " ".join(f"{key}={value}" for key, value in server.environment().items())
     serve_in_foreground(server, f"S3 on {server.endpoint}, bucket {args.bucket!r}; jobs need: {settings}")
 

@@ -4,14 +4,19 @@ A micro-batch writes ``offsets/<id>`` when it starts and ``commits/<id>`` when
 it is done. A batch whose offsets are older than the stall limit with no commit
 means the stream is alive but stuck (a hung task, a lost executor, a lock). An
 application that runs several queries (``tidemark run``) is watched through the
-folder holding their checkpoints."""
+folder holding their checkpoints. Checkpoints are read through pyarrow's file
+systems: on the local disk and on object storage alike."""
 
 from __future__ import annotations
 
-import os
+import posixpath
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+
+from pyarrow import fs
+
+from spark_jobs.object_store import pyarrow_filesystem
 
 # How long a micro-batch may go without committing before its stream counts as stalled:
 # the streaming DAG's watchdog kills it then, and the Watermarks page says so.
@@ -20,16 +25,25 @@ STALL_AFTER = timedelta(minutes=15)
 
 def _batch_ids(folder: str) -> dict[int, float]:
     """Batch id -> modification time of the checkpoint log files in ``folder``."""
-    if not os.path.isdir(folder):
-        return {}
-    found = {}
-    for entry in os.scandir(folder):
-        if entry.name.isdigit():
-            try:
-                found[int(entry.name)] = entry.stat().st_mtime
-            except FileNotFoundError:  # Spark purges old batches' files as it goes
-                continue
-    return found
+    filesystem, path = pyarrow_filesystem(folder)
+    # Spark purges old batches' files as it goes: a listing holds only what it found.
+    listed = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
+    return {
+        int(info.base_name): info.mtime.timestamp()
+        for info in listed
+        if info.base_name.isdigit() and info.type == fs.FileType.File
+    }
+
+
+def _is_checkpoint(folder: str) -> bool:
+    filesystem, path = pyarrow_filesystem(posixpath.join(folder, "offsets"))
+    return filesystem.get_file_info(path).type == fs.FileType.Directory
+
+
+def _subfolders(folder: str) -> list[str]:
+    filesystem, path = pyarrow_filesystem(folder)
+    listed = filesystem.get_file_info(fs.FileSelector(path, allow_not_found=True))
+    return sorted(info.base_name for info in listed if info.type == fs.FileType.Directory)
 
 
 def stalled_batch(
@@ -55,13 +69,13 @@ def stalled_query(
     """:func:`stalled_batch` of the checkpoint at ``folder``, or, when ``folder``
     holds several queries' checkpoints (a pipeline's), of the first of them stalled,
     named."""
-    if os.path.isdir(os.path.join(folder, "offsets")) or not os.path.isdir(folder):
+    queries = [name for name in _subfolders(folder) if _is_checkpoint(posixpath.join(folder, name))]
+    if _is_checkpoint(folder) or not queries:
         return stalled_batch(folder, stall_after, now, watched_since)
-    for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
-        if entry.is_dir() and os.path.isdir(os.path.join(entry.path, "offsets")):
-            reason = stalled_batch(entry.path, stall_after, now, watched_since)
-            if reason is not None:
-                return f"{entry.name}: {reason}"
+    for name in queries:
+        reason = stalled_batch(posixpath.join(folder, name), stall_after, now, watched_since)
+        if reason is not None:
+            return f"{name}: {reason}"
     return None
 
 
@@ -87,8 +101,8 @@ class Liveness:
 
 def liveness(checkpoint: str) -> Liveness:
     """What the checkpoint at ``checkpoint`` says of its stream (empty before its first batch)."""
-    started = _batch_ids(os.path.join(checkpoint, "offsets"))
-    committed = _batch_ids(os.path.join(checkpoint, "commits"))
+    started = _batch_ids(posixpath.join(checkpoint, "offsets"))
+    committed = _batch_ids(posixpath.join(checkpoint, "commits"))
     last = max(committed, default=None)
     newest = max(started, default=None)
     running = newest if newest is not None and newest not in committed else None

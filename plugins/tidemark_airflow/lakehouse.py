@@ -6,6 +6,9 @@ reads the Delta log (checkpoints, JSON commits, deletion vectors) and the
 Parquet files directly, pruning files by partition (``pipeline``, ``status``)
 before reading them.
 
+Tables on object storage (``s3a://``) are reached as Spark's sessions reach them
+(:func:`spark_jobs.object_store.deltalake_storage_options`).
+
 Every function takes the lakehouse root (``spark_jobs.tables.lakehouse_root``
 resolves it) and a pipeline name. A table that does not exist yet (a pipeline
 that never ran) reads as empty: the functions return ``None``, ``[]`` or
@@ -27,6 +30,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from spark_jobs.eventtime.clock_log import ClockState, clock_state, snapshot_version
+from spark_jobs.object_store import deltalake_storage_options
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MIN_WATERMARK = -(2**63)
@@ -86,7 +90,8 @@ def _sql_string(value: str) -> str:
 
 def _open(root: str, layer: str, name: str) -> DeltaTable | None:
     try:
-        return DeltaTable(f"{root.rstrip('/')}/{layer}/{name}")
+        path = f"{root.rstrip('/')}/{layer}/{name}"
+        return DeltaTable(path, storage_options=deltalake_storage_options(path))
     except TableNotFoundError:
         return None
 

@@ -25,7 +25,6 @@ lakehouse is ``$LAKEHOUSE_DIR``. Times are shown in UTC.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -159,7 +158,7 @@ def stream_liveness(root: str, config: PipelineConfig) -> dict[str, dict[str, An
     jobs = stream_jobs(config)
     runs = lakehouse.latest_runs(root, config.name, jobs)
     checkpoints = join(root, "_checkpoints", config.name)
-    return {job: {"run": runs.get(job), "live": liveness(os.path.join(checkpoints, job))} for job in jobs}
+    return {job: {"run": runs.get(job), "live": liveness(join(checkpoints, job))} for job in jobs}
 
 
 def pipeline_status(root: str, config: PipelineConfig, now: datetime) -> dict[str, Any]:

@@ -17,7 +17,6 @@ pipeline archives are deleted once older than its ``source.archive_retention``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -27,7 +26,7 @@ from spark_jobs.arguments import with_examples
 from spark_jobs.catalog import qualified_name, register_tables
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
 from spark_jobs.jobs.common import exit_on_config_error
-from spark_jobs.lakehouse.files import delete_older_than
+from spark_jobs.lakehouse.files import delete_older_than, subfolder_sizes
 from spark_jobs.lakehouse.runs import RunLog, RunTotals
 from spark_jobs.lakehouse.transaction import retry_on_conflict
 from spark_jobs.session import build_session
@@ -49,21 +48,9 @@ def maintain(spark: SparkSession, table: TableRef, retain_hours: float) -> str:
     )
 
 
-def folder_bytes(folder: str) -> int:
-    total = 0
-    for parent, _, files in os.walk(folder):
-        total += sum(os.path.getsize(os.path.join(parent, name)) for name in files)
-    return total
-
-
-def checkpoint_report(registry: TableRegistry) -> list[str]:
-    folder = join(registry.root, "_checkpoints", registry.config.name)
-    if "://" in folder or not os.path.isdir(folder):
-        return []
-    return [
-        f"checkpoint {name}: {folder_bytes(os.path.join(folder, name)) / 1e6:.1f} MB"
-        for name in sorted(os.listdir(folder))
-    ]
+def checkpoint_report(spark: SparkSession, registry: TableRegistry) -> list[str]:
+    sizes = subfolder_sizes(spark, join(registry.root, "_checkpoints", registry.config.name))
+    return [f"checkpoint {name}: {size / 1e6:.1f} MB" for name, size in sorted(sizes.items())]
 
 
 def archive_expiry(spark: SparkSession, registry: TableRegistry) -> list[str]:
@@ -105,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     log.started()
     register_tables(spark, registry.all())
     lines = [maintain(spark, table, retain_hours) for table in registry.all()]
-    lines += checkpoint_report(registry)
+    lines += checkpoint_report(spark, registry)
     lines += archive_expiry(spark, registry)
     for line in lines:
         print(f"tidemark maintenance: {line}")

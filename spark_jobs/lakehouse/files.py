@@ -42,6 +42,19 @@ def visible_files(spark: SparkSession, folder: str) -> dict[str, int]:
     }
 
 
+def subfolder_sizes(spark: SparkSession, folder: str) -> dict[str, int]:
+    """The bytes under each folder directly in ``folder``, by name; a folder that does
+    not exist holds none."""
+    filesystem, path = hadoop_file(spark, folder)
+    if not filesystem.exists(path):
+        return {}
+    return {
+        status.getPath().getName(): filesystem.getContentSummary(status.getPath()).getLength()
+        for status in filesystem.listStatus(path)
+        if status.isDirectory()
+    }
+
+
 def delete_older_than(spark: SparkSession, folder: str, moment_ms: int) -> int:
     """Delete every file under ``folder`` (at any depth) last modified before ``moment_ms``;
     returns how many. A folder that does not exist holds none."""

@@ -12,13 +12,16 @@ from pathlib import Path
 
 import pytest
 from pyarrow import fs
+from tidemark_airflow import lakehouse
+from tidemark_airflow.health import liveness
 
 from spark_jobs.config import ConfigError, load_pipeline
+from spark_jobs.eventtime.clock import MAX_WATERMARK
 from spark_jobs.generator import FleetSpec, Manifest, generate
 from spark_jobs.jobs import merge_late
 from spark_jobs.jobs.replay import replay
 from spark_jobs.lakehouse.create import create_missing
-from spark_jobs.lakehouse.files import visible_files
+from spark_jobs.lakehouse.files import subfolder_sizes, visible_files
 from spark_jobs.lakehouse.reachable import require_reachable
 from spark_jobs.servers import free_port
 from spark_jobs.tables import TableRegistry
@@ -140,6 +143,41 @@ def test_the_visible_files_of_a_landing_folder_are_the_same_on_object_storage_as
     assert visible_files(spark, f"s3a://{prefix}-absent") == {}
 
 
+def test_the_sizes_of_checkpoint_folders_are_the_same_on_object_storage_as_on_a_disk(
+    spark, s3_server, tmp_path
+):
+    prefix = f"{s3_server.bucket}/checkpoints-{uuid.uuid4().hex}"
+    store = s3_server.filesystem()
+    files = {"bronze/offsets/0": 10, "bronze/commits/0": 5, "silver/offsets/0": 7, "silver/metadata": 3}
+    for name, size in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * size)
+        with store.open_output_stream(f"{prefix}/{name}") as stream:
+            stream.write(b"x" * size)
+    expected = {"bronze": 15, "silver": 10}
+    assert subfolder_sizes(spark, str(tmp_path)) == expected
+    assert subfolder_sizes(spark, f"s3a://{prefix}") == expected
+    assert subfolder_sizes(spark, f"s3a://{prefix}-absent") == {}
+
+
+def test_a_streams_liveness_reads_the_same_from_a_checkpoint_on_object_storage_as_on_a_disk(
+    s3_server, tmp_path, monkeypatch
+):
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    prefix = f"{s3_server.bucket}/checkpoint-{uuid.uuid4().hex}"
+    store = s3_server.filesystem()
+    for name in ("offsets/0", "offsets/1", "offsets/2", "commits/0", "commits/1", "commits/.1.crc"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("v1\n")
+        with store.open_output_stream(f"{prefix}/{name}") as stream:
+            stream.write(b"v1\n")
+    on_disk, on_s3 = liveness(str(tmp_path)), liveness(f"s3a://{prefix}")
+    assert (on_disk.last_commit, on_disk.running_batch) == (on_s3.last_commit, on_s3.running_batch) == (1, 2)
+    assert abs(on_s3.running_since - time.time()) < 60
+    assert liveness(f"s3a://{prefix}-absent").last_commit is None
+
+
 def test_a_replay_and_a_late_merge_on_object_storage_reconcile_and_equal_a_batch_computation(
     spark, s3_server, tmp_path, monkeypatch
 ):
@@ -156,7 +194,11 @@ def test_a_replay_and_a_late_merge_on_object_storage_reconcile_and_equal_a_batch
     registry = TableRegistry(config, root)
     assert_bronze_reconciles(spark, registry, Manifest.of(fleet), fleet)
     assert_reconciles(spark, registry)
-    assert quarantine_by_status(spark, registry).get("pending", 0) > 0
+    pending = quarantine_by_status(spark, registry).get("pending", 0)
+    assert pending > 0
+    # Airflow's side reads the same tables on the store without Spark.
+    assert lakehouse.pipeline_watermark(root, config.name) == MAX_WATERMARK
+    assert lakehouse.quarantine_backlog(root, config.name)["late"] == pending
     on_time = not_quarantined(registry)
     assert engine_silver(spark, registry) == batch_silver(spark, registry, on_time)
     assert engine_gold(spark, registry) == batch_gold(spark, registry, on_time)
@@ -166,6 +208,9 @@ def test_a_replay_and_a_late_merge_on_object_storage_reconcile_and_equal_a_batch
     assert merge_late.main(["--pipeline", str(pipeline), "--lakehouse", root]) == 0
     assert set(quarantine_by_status(spark, registry)) == {"merged"}
     assert statuses_of(spark, registry.late_tracks.path) == {"merged"}
+    assert lakehouse.quarantine_backlog(root, config.name) == {"late": 0, "late_tracks": 0}
+    [merge] = lakehouse.recent_runs(root, config.name, job="merge_late")
+    assert merge["status"] == "succeeded" and merge["late"] == pending
     assert_reconciles(spark, registry)
     assert engine_silver(spark, registry) == batch_silver(spark, registry)
     assert engine_gold(spark, registry) == batch_gold(spark, registry)
