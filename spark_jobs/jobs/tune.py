@@ -3,13 +3,15 @@ over the same history (DESIGN §2b), from one pass over bronze instead of a repl
 per candidate: the pairs lost as late, the windows that re-fire, and how long after
 a window's end it first fired. The history is the pipeline's bronze table
 (``--bronze``) or an input file (``--input``), ingested into a scratch lakehouse by
-the real bronze job, cut into micro-batches as ``tidemark replay`` cuts them."""
+the real bronze job, cut into micro-batches as ``tidemark replay`` cuts them. The
+scratch lakehouse is under the lakehouse root (``_scratch/``), which every executor
+of a cluster reaches, as it does the root, and is deleted afterwards."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
+import uuid
 from pathlib import Path
 
 from spark_jobs.arguments import with_examples
@@ -19,8 +21,9 @@ from spark_jobs.engine.tuning_report import as_json, chart_svg, save, table
 from spark_jobs.eventtime.generators import GeneratorError
 from spark_jobs.jobs.backfill import cut_batches, ingest_batches, require_partitions
 from spark_jobs.jobs.common import exit_on_config_error, folder_argument
+from spark_jobs.lakehouse.files import delete_tree
 from spark_jobs.session import build_session, session_for_records
-from spark_jobs.tables import TableRegistry
+from spark_jobs.tables import TableRegistry, join, lakehouse_root
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     name = f"tidemark-tune-{config.name}"
     # Tuning over bronze reads a history of unknown size: the defaults.
     spark = build_session(name) if batches is None else session_for_records(name, sum(map(len, batches)))
-    with tempfile.TemporaryDirectory(prefix="tidemark-tune-") as scratch:
+    scratch = join(lakehouse_root(lakehouse), "_scratch", f"tune-{uuid.uuid4().hex}")
+    try:
         if batches is not None:
             code = ingest_batches(spark, config, batches, scratch)
             if code != 0:
@@ -89,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         except (CannotTune, GeneratorError) as error:
             print(f"tidemark tune: error: {error}", file=sys.stderr)
             return 1
+    finally:
+        if batches is not None:
+            delete_tree(spark, scratch)
     print(as_json(tuning.outcomes) if args.json else table(tuning.outcomes))
     if args.save:
         history = "bronze" if batches is None else f"input {args.input}"

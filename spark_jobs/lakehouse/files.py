@@ -55,6 +55,12 @@ def subfolder_sizes(spark: SparkSession, folder: str) -> dict[str, int]:
     }
 
 
+def delete_tree(spark: SparkSession, folder: str) -> None:
+    """Delete ``folder`` and everything under it; one that does not exist is fine."""
+    filesystem, path = hadoop_file(spark, folder)
+    filesystem.delete(path, True)
+
+
 def delete_older_than(spark: SparkSession, folder: str, moment_ms: int) -> int:
     """Delete every file under ``folder`` (at any depth) last modified before ``moment_ms``;
     returns how many. A folder that does not exist holds none."""

@@ -10,6 +10,7 @@ import json
 from collections import Counter
 from contextlib import redirect_stdout
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from tidemark_airflow.lakehouse import latest_tuning
@@ -21,6 +22,7 @@ from spark_jobs.generator import FleetSpec, generate
 from spark_jobs.jobs import tune as tune_job
 from spark_jobs.jobs.backfill import cut_batches, ingest_batches
 from spark_jobs.jobs.replay import replay
+from spark_jobs.lakehouse.files import delete_tree
 from tests.integration.conftest import registry_for, write_pipeline
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -161,10 +163,17 @@ def test_tune_says_exactly_what_a_replay_of_each_candidate_writes(spark, history
     assert last_step.idle_partitions == 1 and last_step.watermark_after != MAX_WATERMARK
 
 
-def test_the_command_prints_its_table_or_json_and_draws_the_chart(spark, history, tmp_path):
+def test_the_command_prints_its_table_or_json_and_draws_the_chart(spark, history, tmp_path, monkeypatch):
     folder, source = history
     pipeline = pipeline_with(folder, CANDIDATES[0][1], CANDIDATES[0][2], "commanded")
     chart, lakehouse = tmp_path / "tradeoff.svg", tmp_path / "lakehouse"
+    scratches = []
+
+    def delete_scratch(spark, scratch: str) -> None:
+        scratches.append((Path(scratch).parent, Path(scratch, "bronze").is_dir()))
+        delete_tree(spark, scratch)
+
+    monkeypatch.setattr(tune_job, "delete_tree", delete_scratch)
     output = StringIO()
     with redirect_stdout(output):
         code = tune_job.main(
@@ -175,6 +184,10 @@ def test_the_command_prints_its_table_or_json_and_draws_the_chart(spark, history
             ]
         )
     assert code == 0
+    # The input's scratch lakehouse was under the lakehouse root, which a cluster's
+    # executors reach (the driver's temporary folder they do not), and is gone.
+    assert scratches == [(lakehouse / "_scratch", True)]
+    assert list((lakehouse / "_scratch").iterdir()) == []
     figures = {entry["candidate"]: entry for entry in json.loads(output.getvalue())}
     # Saved for the Watermarks page, which reads it without Spark.
     saved = {row["candidate"]: row for row in latest_tuning(str(lakehouse), "commanded")}
