@@ -38,6 +38,7 @@ LONGEST_FIRST = (
     "test_merge_beside_live.py",
     "test_fault_injection.py",
     "test_airflow_soak.py",
+    "test_object_storage_live.py",
     "test_late_merge.py",
     "test_airflow_e2e.py",
     "test_crash_points.py",
