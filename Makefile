@@ -10,7 +10,7 @@ TIDEMARK_JAR := $(VENV)/share/tidemark/tidemark-java/tidemark.jar
 JVM_ARCHIVE := $(VENV)/share/tidemark/jvm/spark-classes.jsa
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup tools browser compose test test-fast lint format clean bench demo stop sql-server
+.PHONY: setup tools browser compose test test-fast lint format clean bench demo demo-s3 stop sql-server
 
 # Quiet unless something fails: one line per resolved jar set and for the class archive.
 setup: $(VENV)/.installed $(JARS_STAMP) $(KAFKA_STAMP) $(TIDEMARK_JAR) $(JVM_ARCHIVE)
@@ -88,6 +88,10 @@ bench: setup
 # tables in ./lakehouse, every command's default).
 demo: setup
 	PYTHONPATH=plugins $(PY) -m tidemark_airflow.demo
+
+# The same with the lakehouse on a SeaweedFS S3 server on loopback (its data in .tidemark/s3).
+demo-s3: setup
+	PYTHONPATH=plugins $(PY) -m tidemark_airflow.demo --object-store
 
 stop:
 	PYTHONPATH=plugins $(PY) -m tidemark_airflow.standalone stop

@@ -180,12 +180,17 @@ class S3Server:
             "-admin.ui=false",
         ]
 
-    def start(self, timeout_s: float = 60.0) -> S3Server:
+    def start(self, timeout_s: float = 60.0, environment: Mapping[str, str] | None = None) -> S3Server:
+        """Start the server (``environment`` added to this process's for it) and wait for its bucket."""
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "data").mkdir(exist_ok=True)
         log = open(self.folder / "server.log", "ab")  # noqa: SIM115 - owned by the process
         self.process = subprocess.Popen(
-            self._command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            self._command(),
+            env={**os.environ, **(environment or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

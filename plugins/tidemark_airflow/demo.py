@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from spark_jobs.generator import LIVE_LEAD_MS, FleetSpec
+from spark_jobs.object_store import S3Server, is_object_store
 from tidemark_airflow.lakehouse import is_finite, pipeline_watermark
 from tidemark_airflow.standalone import LAKEHOUSE, REPO, USER, Airflow, start, stop, wait
 
@@ -31,7 +32,7 @@ RUNNING = {"queued", "running"}
 SAMPLE_QUERY = "SELECT * FROM silver.telemetry_windows ORDER BY window_start DESC LIMIT 5"
 
 
-def start_feed(home: Path, lakehouse: Path) -> subprocess.Popen:
+def start_feed(home: Path, lakehouse: str) -> subprocess.Popen:
     """The live feed in a session of its own, marked with Airflow's home, so that
     ``make stop`` (which stops every process carrying it) stops the feed too."""
     return subprocess.Popen(
@@ -57,7 +58,16 @@ def feed_arguments(fleet: FleetSpec) -> list[str]:
     ]
 
 
-def wait_until_judged(airflow: Airflow, run_id: str, lakehouse: Path, since_ms: int, timeout: float) -> None:
+def start_object_store(home: Path, port: int) -> S3Server:
+    """The demo's S3 server, its data beside Airflow's home, marked with that home so
+    that ``make stop`` stops it too; this process's environment then reaches it, and
+    so do the feed's and Airflow's, which inherit it."""
+    server = S3Server(home.parent / "s3", port=port).start(environment={"AIRFLOW_HOME": str(home.resolve())})
+    os.environ.update(server.environment())
+    return server
+
+
+def wait_until_judged(airflow: Airflow, run_id: str, lakehouse: str, since_ms: int, timeout: float) -> None:
     """Until silver's watermark reaches ``since_ms``: the streams have judged the
     feed's data (a lakehouse kept from an earlier demo has an older watermark)."""
 
@@ -65,7 +75,7 @@ def wait_until_judged(airflow: Airflow, run_id: str, lakehouse: Path, since_ms: 
         state = airflow.run_state(STREAMING[0], run_id)
         if state not in RUNNING:
             raise RuntimeError(f"{STREAMING[0]} run {run_id} ended {state}: see its task log in the UI")
-        watermark = pipeline_watermark(str(lakehouse), PIPELINE)
+        watermark = pipeline_watermark(lakehouse, PIPELINE)
         return is_finite(watermark) and watermark >= since_ms
 
     wait(judged, timeout, "silver's first watermark", every=3)
@@ -74,8 +84,16 @@ def wait_until_judged(airflow: Airflow, run_id: str, lakehouse: Path, since_ms: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tidemark_airflow.demo")
     parser.add_argument("--home", type=Path, default=REPO / ".tidemark" / "airflow")
-    parser.add_argument("--lakehouse", type=Path, default=LAKEHOUSE)
+    parser.add_argument(
+        "--lakehouse", help=f"default: {LAKEHOUSE}, or s3a://lake/lakehouse with --object-store"
+    )
     parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--object-store",
+        action="store_true",
+        help="keep the lakehouse on a SeaweedFS S3 server on loopback (data in .tidemark/s3)",
+    )
+    parser.add_argument("--s3-port", type=int, default=8333)
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -84,31 +102,39 @@ def main(argv: list[str] | None = None) -> int:
     stop(args.home)
     (args.home / "airflow.db").unlink(missing_ok=True)
     args.home.mkdir(parents=True, exist_ok=True)
-    args.lakehouse.mkdir(parents=True, exist_ok=True)
+    server = start_object_store(args.home, args.s3_port) if args.object_store else None
+    lakehouse = args.lakehouse or (f"s3a://{server.bucket}/lakehouse" if server else str(LAKEHOUSE))
+    if not is_object_store(lakehouse):
+        Path(lakehouse).mkdir(parents=True, exist_ok=True)
     # Live once silver has judged the feed's data: its watermark passes where the feed
     # starts and where a lakehouse kept from an earlier demo left it.
-    before = pipeline_watermark(str(args.lakehouse), PIPELINE)
+    before = pipeline_watermark(lakehouse, PIPELINE)
     live_from_ms = max(int(time.time() * 1000) - LIVE_LEAD_MS, before + 1 if is_finite(before) else 0)
-    feed = start_feed(args.home, args.lakehouse)
-    print(f"feeding live telemetry into {args.lakehouse} (log: {args.home / 'feed.log'})", flush=True)
+    feed = start_feed(args.home, lakehouse)
+    print(f"feeding live telemetry into {lakehouse} (log: {args.home / 'feed.log'})", flush=True)
     try:
-        airflow = start(args.home, args.lakehouse, args.port)
+        airflow = start(args.home, lakehouse, args.port)
         print(f"Airflow is up at {airflow.url}", flush=True)
         airflow.wait_for_dags([STREAMING[0], LATE_MERGE])
         airflow.unpause(LATE_MERGE)
         airflow.unpause(STREAMING[0])
         run_id = airflow.trigger(*STREAMING)
         print(f"started {STREAMING[0]} in continuous mode ({run_id}); waiting for silver ...", flush=True)
-        wait_until_judged(airflow, run_id, args.lakehouse, live_from_ms, timeout=600)
+        wait_until_judged(airflow, run_id, lakehouse, live_from_ms, timeout=600)
     except BaseException:
         print(f"The demo did not come up; stopping what it started (logs in {args.home}).", file=sys.stderr)
         stop(args.home)
         feed.kill()
+        if server is not None:
+            server.stop()
         raise
     print(f"\nLive after {time.monotonic() - started:.0f} s. It keeps running until `make stop`.\n")
     print(f"Airflow UI:   {airflow.url}  (user {USER}, password {airflow.password()})")
     print(f"Watermarks:   {airflow.url}/plugin/tidemark  (the 'Watermarks' entry in the UI's navigation)")
-    print(f"Lakehouse:    {args.lakehouse}")
+    print(f"Lakehouse:    {lakehouse}")
+    if server is not None:
+        settings = " ".join(f"{key}={value}" for key, value in server.environment().items())
+        print(f"S3 server:    {server.endpoint}; other commands need: export {settings}")
     print(f"SQL:          make sql-server, then .venv/bin/tidemark sql {SAMPLE_QUERY!r}")
     print("Stop it with: make stop")
     return 0

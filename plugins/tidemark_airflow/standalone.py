@@ -27,6 +27,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.object_store import is_object_store
 from spark_jobs.servers import free_port
 from tidemark_airflow import SPARK_CONN_ID
 
@@ -53,7 +54,7 @@ RETRY_DELAY_SETTING = "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"
 
 def environment(
     home: Path,
-    lakehouse: Path,
+    lakehouse: Path | str,
     port: int,
     parallelism: int = 8,
     settings: Mapping[str, str] | None = None,
@@ -202,10 +203,11 @@ def wait(condition: Any, timeout: float, what: str, every: float = 2.0) -> None:
 
 
 def start(
-    home: Path, lakehouse: Path, port: int | None = None, settings: Mapping[str, str] | None = None
+    home: Path, lakehouse: Path | str, port: int | None = None, settings: Mapping[str, str] | None = None
 ) -> Airflow:
     home.mkdir(parents=True, exist_ok=True)
-    lakehouse.mkdir(parents=True, exist_ok=True)
+    if not is_object_store(str(lakehouse)):
+        Path(lakehouse).mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     log = (home / "standalone.log").open("ab")
     process = subprocess.Popen(
