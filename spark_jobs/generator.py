@@ -324,16 +324,15 @@ def feed_live(
 
 
 def file_sender(folder: str | Path, file_format: str) -> Callable[[list[Generated]], None]:
-    """Send each batch of records as one file landed in ``folder``."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    mtime = _next_mtime(folder)
+    """Send each batch of records as one file landed in ``folder`` (a local folder or
+    an ``s3a://`` one)."""
+    land, mtime = file_lander(folder, file_format, "live")
     landed = itertools.count()
 
     def send(batch: list[Generated]) -> None:
         nonlocal mtime
         mtime = max(mtime + 0.01, time.time())
-        land_file(folder, batch_lines(batch, file_format), mtime, "live", next(landed), file_format)
+        land(batch_lines(batch, file_format), mtime, next(landed))
 
     return send
 
@@ -399,6 +398,32 @@ def _next_mtime(folder: Path) -> float:
     return max([time.time(), *(m + 0.01 for m in existing)])
 
 
+def file_lander(
+    folder: str | Path, extension: str, prefix: str
+) -> tuple[Callable[[Sequence[str], float, int], str], float]:
+    """How to land one file (its lines, landing moment and index) in ``folder``, a
+    local folder or an ``s3a://`` one, and the first landing moment it may take."""
+    if is_object_store(str(folder)):
+        # A put is atomic, and the store sets the time (to the second): files of one
+        # second are taken in name order, and names hold the landing moment.
+        store, path = pyarrow_filesystem(str(folder))
+
+        def put(lines: Sequence[str], moment: float, index: int) -> str:
+            name = landing_name(prefix, moment, index, extension)
+            with store.open_output_stream(f"{path}/{name}") as stream:
+                stream.write(("\n".join(lines) + "\n").encode())
+            return f"{str(folder).rstrip('/')}/{name}"
+
+        return put, time.time()
+    local = Path(folder)
+    local.mkdir(parents=True, exist_ok=True)
+
+    def write(lines: Sequence[str], moment: float, index: int) -> str:
+        return land_file(local, lines, moment, prefix, index, extension)
+
+    return write, _next_mtime(local)
+
+
 def land_files(
     files: Iterable[Sequence[str]],
     folder: str | Path,
@@ -409,26 +434,7 @@ def land_files(
     """Land each list of lines as one file, in order. Each file appears atomically
     with a strictly increasing modification time, because Spark's file source
     takes files in mtime order. ``rate`` paces the files to that many lines per second."""
-    land: Callable[[Sequence[str], float, int], str]
-    if is_object_store(str(folder)):
-        # A put is atomic, and the store sets the time (to the second): files of one
-        # second are taken in name order, and names hold the landing moment.
-        store, path = pyarrow_filesystem(str(folder))
-        mtime = time.time()
-
-        def land(lines: Sequence[str], moment: float, index: int) -> str:
-            name = landing_name(prefix, moment, index, extension)
-            with store.open_output_stream(f"{path}/{name}") as stream:
-                stream.write(("\n".join(lines) + "\n").encode())
-            return f"{str(folder).rstrip('/')}/{name}"
-    else:
-        local = Path(folder)
-        local.mkdir(parents=True, exist_ok=True)
-        mtime = _next_mtime(local)
-
-        def land(lines: Sequence[str], moment: float, index: int) -> str:
-            return land_file(local, lines, moment, prefix, index, extension)
-
+    land, mtime = file_lander(folder, extension, prefix)
     written = []
     started = time.monotonic()
     sent = 0

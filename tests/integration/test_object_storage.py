@@ -17,7 +17,7 @@ from tidemark_airflow.health import liveness
 
 from spark_jobs.config import ConfigError, load_pipeline
 from spark_jobs.eventtime.clock import MAX_WATERMARK
-from spark_jobs.generator import FleetSpec, Manifest, generate
+from spark_jobs.generator import FleetSpec, Manifest, file_sender, generate
 from spark_jobs.jobs import merge_late
 from spark_jobs.jobs.replay import replay
 from spark_jobs.lakehouse.create import create_missing
@@ -141,6 +141,22 @@ def test_the_visible_files_of_a_landing_folder_are_the_same_on_object_storage_as
     assert set(on_disk) == set(on_s3) == {"part-0.json", "part-1.json"}
     assert all(at_ms > before_ms for at_ms in [*on_disk.values(), *on_s3.values()])
     assert visible_files(spark, f"s3a://{prefix}-absent") == {}
+
+
+def test_the_live_feed_lands_its_files_on_object_storage(s3_server, monkeypatch, tmp_path):
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    prefix = f"{s3_server.bucket}/feed-{uuid.uuid4().hex}"
+    send = file_sender(f"s3a://{prefix}", "json")
+    batches = [generate(FleetSpec(devices=2, partitions=2, seed=seed, duration_ms=60_000)) for seed in (1, 2)]
+    for batch in batches:
+        send(batch)
+    landed = sorted(objects_under(s3_server, prefix))
+    assert len(landed) == 2 and landed == sorted(landed, key=lambda path: path.split("-")[-1])
+    with s3_server.filesystem().open_input_stream(landed[0]) as stream:
+        assert stream.read().decode().splitlines() == [record.line for record in batches[0]]
+    assert list(tmp_path.iterdir()) == []  # nothing landed on the local disk
 
 
 def test_the_sizes_of_checkpoint_folders_are_the_same_on_object_storage_as_on_a_disk(
