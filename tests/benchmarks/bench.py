@@ -71,6 +71,12 @@ table's latest version, and of listing the log from its latest version through
 Delta's own ``file:`` log store and through Tidemark's (``log_commit_5000_vs_50``),
 after the same on a throwaway log of 50 commits.
 
+Object storage (``--only s3``): the tiny replay and a replay of 100 k records in 10
+micro-batches, each a fresh process, into a lakehouse on the local disk and into one
+on a SeaweedFS server on loopback, alternated (medians; ``s3_vs_local_tiny`` and
+``s3_vs_local_100k``); then the requests of each replay to the store per
+micro-batch, by kind (S3A's own counters, ``s3_requests_per_batch_*``).
+
 Every measured path first runs once in a throwaway lakehouse, so no contender
 pays the JVM's warm-up (class loading, JIT) for the others: the throughput
 contenders over the measured events themselves (the JIT keeps compiling well past
@@ -111,11 +117,13 @@ from spark_jobs.engine.tuning import parse_candidate, tune
 from spark_jobs.generator import REGIONS, START_MS, FleetSpec, Generated, generate, write_landing
 from spark_jobs.jobs import bronze, silver
 from spark_jobs.jobs.common import JobContext
+from spark_jobs.jobs.replay import replay
 from spark_jobs.jvm import java_class
 from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.lakehouse.log import table_version
 from spark_jobs.lakehouse.table_files import forget_table_files
 from spark_jobs.lakehouse.transaction import Transaction, forget_partition_writers
+from spark_jobs.object_store import S3Server
 from spark_jobs.servers import stop_group
 from spark_jobs.session import JVM_PROFILE_VARIABLE, build_session, profile_for_records
 from spark_jobs.submit import submit_command, submit_env
@@ -622,35 +630,35 @@ def process_seconds(command: list[str], environment: dict[str, str] | None = Non
     return time.perf_counter() - started
 
 
+def tiny_input(work: Path) -> Path:
+    """The tiny replay's input: 24 records of 3 devices in 2 partitions."""
+    records = generate(FleetSpec(devices=3, partitions=2, seed=3, duration_ms=80_000))[:TINY_RECORDS]
+    source = work / "tiny.json"
+    source.write_text("\n".join(record.line for record in records) + "\n")
+    return source
+
+
+def replay_command(source: Path, lakehouse: str, batch_size: int) -> list[str]:
+    """``tidemark replay`` of ``source`` into ``lakehouse`` with ``--flush``."""
+    tidemark = str(Path(sys.executable).with_name("tidemark"))
+    return [
+        *(tidemark, "replay", "--pipeline", str(PIPELINE), "--input", str(source)),
+        *("--lakehouse", lakehouse, "--batch-size", str(batch_size), "--flush"),
+    ]
+
+
 def tiny_replay_benchmark(repeats: int, work: Path) -> dict[str, float | str]:
     """``tidemark replay`` of 24 records in 4 micro-batches with ``--flush``, against
     a bare job (the session factory writing 24 rows to one Delta table), each a
     fresh process from its command line to its exit; alternated, medians. The replay
     starts its JVM under the profile its input size calls for; the bare job under
     the factory's default (the issue's anchor) and under the replay's profile."""
-    records = generate(FleetSpec(devices=3, partitions=2, seed=3, duration_ms=80_000))[:TINY_RECORDS]
-    source = work / "tiny.json"
-    source.write_text("\n".join(record.line for record in records) + "\n")
-    tidemark = str(Path(sys.executable).with_name("tidemark"))
+    source = tiny_input(work)
     replays, bares, same_profile_bares = [], [], []
     replay_profile = os.environ.get(JVM_PROFILE_VARIABLE) or profile_for_records(TINY_RECORDS)
     for run in range(repeats):
         replays.append(
-            process_seconds(
-                [
-                    tidemark,
-                    "replay",
-                    "--pipeline",
-                    str(PIPELINE),
-                    "--input",
-                    str(source),
-                    "--lakehouse",
-                    str(work / f"tiny-{run}"),
-                    "--batch-size",
-                    str(TINY_RECORDS // TINY_BATCHES),
-                    "--flush",
-                ]
-            )
+            process_seconds(replay_command(source, str(work / f"tiny-{run}"), TINY_RECORDS // TINY_BATCHES))
         )
         bares.append(process_seconds([sys.executable, "-c", BARE_JOB, str(work / f"bare-{run}")]))
         same_profile_bares.append(
@@ -669,6 +677,66 @@ def tiny_replay_benchmark(repeats: int, work: Path) -> dict[str, float | str]:
         "bare_job_same_profile_seconds": round(same_profile_bare_s, 2),
         "tiny_replay_vs_same_profile_bare": round(replay_s / same_profile_bare_s, 2),
     }
+
+
+LARGE_REPLAY_RECORDS, LARGE_REPLAY_BATCH = 100_000, 10_000
+
+
+def s3_request_counts(spark: SparkSession, bucket_uri: str) -> dict[str, int]:
+    """S3A's request counters (cumulative) of the session's file system for a bucket."""
+    path = java_class(spark, "org.apache.hadoop.fs.Path")(bucket_uri)
+    counters = path.getFileSystem(spark._jsc.hadoopConfiguration()).getIOStatistics().counters()
+    return {
+        str(name): int(counters.get(name))
+        for name in counters.keySet()
+        if str(name).endswith(("_request", "_requests")) and not str(name).startswith("store_io")
+    }
+
+
+def s3_vs_local_benchmark(spark: SparkSession, repeats: int, work: Path) -> dict[str, float]:
+    """The tiny replay and a replay of 100 k records in 10 micro-batches, each a
+    fresh process into a lakehouse on the local disk and into one on a SeaweedFS
+    server on loopback (alternated, medians); then the requests a replay of each
+    makes of the store per micro-batch, by kind, from S3A's counters in this session."""
+    server = S3Server(work / "s3").start()
+    try:
+        inputs = {"tiny": (tiny_input(work), TINY_RECORDS // TINY_BATCHES)}
+        large = work / "large.json"
+        large.write_text("\n".join(record.line for record in fleet_records(LARGE_REPLAY_RECORDS)) + "\n")
+        inputs["100k"] = (large, LARGE_REPLAY_BATCH)
+        results: dict[str, float] = {}
+        for name, (source, batch_size) in inputs.items():
+            local, s3 = [], []
+            for run in range(repeats):
+                local.append(process_seconds(replay_command(source, str(work / f"{name}-{run}"), batch_size)))
+                remote = f"s3a://{server.bucket}/{name}-{run}"
+                s3.append(process_seconds(replay_command(source, remote, batch_size), server.environment()))
+            local_s, s3_s = statistics.median(local), statistics.median(s3)
+            results |= {
+                f"s3_vs_local_{name}_local_seconds": round(local_s, 2),
+                f"s3_vs_local_{name}_s3_seconds": round(s3_s, 2),
+                f"s3_vs_local_{name}": round(s3_s / local_s, 2),
+            }
+        # In this process: the replay lands its files through the environment, Spark
+        # reaches the store through the session's Hadoop settings.
+        os.environ.update(server.environment())
+        configuration = spark._jsc.hadoopConfiguration()
+        for key, value in server.hadoop_conf().items():
+            configuration.set(key, value)
+        bucket = f"s3a://{server.bucket}/"
+        config = load_pipeline(PIPELINE)
+        for name, (source, batch_size) in inputs.items():
+            before = s3_request_counts(spark, bucket)
+            replay(spark, config, source, f"{bucket}requests-{name}", batch_size=batch_size, flush=True)
+            after = s3_request_counts(spark, bucket)
+            batches = -(-sum(1 for _ in source.open()) // batch_size)
+            for kind, count in after.items():
+                made = count - before.get(kind, 0)
+                if made:
+                    results[f"s3_requests_per_batch_{name}_{kind}"] = round(made / batches, 1)
+        return results
+    finally:
+        server.stop()
 
 
 def continuous_benchmark(
@@ -1024,6 +1092,7 @@ def main() -> None:
             "long-run",
             "sustained",
             "log-history",
+            "s3",
         ),
         help="run one benchmark (default: all)",
     )
@@ -1075,6 +1144,9 @@ def main() -> None:
     parser.add_argument(
         "--sustained-seconds", type=float, default=300, help="how long each rate lands (sustained)"
     )
+    parser.add_argument(
+        "--s3-repeats", type=int, default=2, help="replays of each size on each store (medians)"
+    )
     parser.add_argument("--output", type=Path, default=REPO / "bench-results.json")
     args = parser.parse_args()
     if args.merge_history_windows < MIN_HISTORY_WINDOWS:
@@ -1119,6 +1191,8 @@ def main() -> None:
             results |= sustained_benchmark(spark, config, args.sustained_seconds, work)
         if args.only in (None, "log-history"):
             results |= log_history_benchmark(spark, work)
+        if args.only in (None, "s3"):
+            results |= s3_vs_local_benchmark(spark, args.s3_repeats, work)
         # One benchmark alone keeps the other's figures from the last run.
         kept = json.loads(args.output.read_text()) if args.only and args.output.exists() else {}
         args.output.write_text(json.dumps(kept | results, indent=2) + "\n")
