@@ -43,7 +43,7 @@ from tests.integration.test_late_merge import assert_reconciles, quarantine_by_s
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(2400)]
 SEED = 20261124
 STREAM_KILLS = 4
-MERGE_KILLS = 2
+MERGE_KILLS = 1
 CONTINUOUS = ("--trigger", "continuous", "--interval", "500ms")
 # A kill lands a seeded moment (up to a second) after a seeded number of writes
 # committed since the start, drawn from these ranges.
