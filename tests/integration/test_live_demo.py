@@ -2,8 +2,7 @@
 a real ``airflow standalone``, watched in Debian's chromium. The Watermarks page
 refreshes itself as the watermark advances and windows fire; its merge button
 triggers ``tidemark_late_merge``, and the quarantine backlog drops to zero. Then
-every record the feed sent is reconciled exactly, and the README's SQL cookbook runs
-against the demo's lakehouse through ``tidemark sql``."""
+every record the feed sent is reconciled exactly."""
 
 from __future__ import annotations
 
@@ -25,7 +24,6 @@ from spark_jobs.servers import free_port
 from spark_jobs.tables import TableRegistry
 from tests.integration.browser import DevTools, log_in
 from tests.integration.conftest import PIPELINES, assert_bronze_reconciles
-from tests.integration.sql_server import cookbook_statements, sql_server
 from tests.integration.test_late_merge import assert_reconciles, quarantine_by_status
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(2400)]
@@ -154,14 +152,3 @@ def test_the_live_demo_advances_on_the_page_merges_from_its_button_and_reconcile
     assert fleet == live_template(demo.FLEET, fleet.start_ms)  # the feed sent the demo's fleet
     sent = list(itertools.islice(live_records(fleet, malformed_kinds("files")), manifest.records))
     assert_bronze_reconciles(spark, registry, manifest, sent)
-
-    # The README's SQL cookbook against the demo's own lakehouse, through `tidemark sql`,
-    # with no pipeline file anywhere: the server finds every table under the lakehouse.
-    statements = cookbook_statements()
-    assert len(statements) >= 9
-    with sql_server(str(lakehouse), tmp_path / "no-pipelines") as server:
-        # One client session for all of them: beeline stops at the first failure and names it.
-        done = server.sql(";\n".join(statements), timeout=600)
-        assert done.returncode == 0, done.stderr
-        bronze = spark.read.format("delta").load(registry.bronze.path).count()
-        assert server.value("SELECT count(*) FROM bronze.telemetry") == bronze

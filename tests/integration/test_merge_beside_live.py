@@ -79,7 +79,7 @@ def test_ten_merges_beside_a_live_pipeline_under_load_each_finish_and_lose_and_d
             devices=8,
             partitions=3,
             seed=23,
-            duration_ms=60 * 60_000,
+            duration_ms=30 * 60_000,
             late_ratio=0.1,
             late_delay_ms=(90_000, 300_000),
         )
