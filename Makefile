@@ -55,11 +55,13 @@ format: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix .
 
 # Debian's chromium drives the UI tests headless; its docker-compose validates docker-compose.yml
-# without an engine. Root installs whichever is missing in one apt-get; others are told how.
+# without an engine; its PostgreSQL holds Airflow's metadata in the production rehearsal.
+# Root installs whichever is missing in one apt-get; others are told how.
 tools:
 	@missing=""; \
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || missing="chromium"; \
 	command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || missing="$$missing docker-compose"; \
+	command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \

@@ -35,9 +35,9 @@ os.environ.setdefault(JVM_PROFILE_VARIABLE, "short-jobs")
 # runs two workers a file at a time, and a long file started late would leave one worker
 # running it alone at the end. Any other file keeps its place after these.
 LONGEST_FIRST = (
+    "test_production_rehearsal.py",
     "test_merge_beside_live.py",
     "test_fault_injection.py",
-    "test_airflow_soak.py",
     "test_object_storage_live.py",
     "test_late_merge.py",
     "test_airflow_e2e.py",

@@ -33,6 +33,8 @@ from tidemark_airflow.standalone import (
     stop,
 )
 
+from spark_jobs.object_store import is_object_store
+
 TESTS_RETRY_DELAY_S = 2
 # A test's assertions are done by its teardown, and under load Airflow's components take
 # up to the stop's whole 20 s grace to shut down (the e2e module's 13 s): a short one will do.
@@ -65,12 +67,14 @@ class Standalone:
 
 @contextmanager
 def airflow_standalone(
-    home: Path, lakehouse: Path, settings: Mapping[str, str] | None = None
+    home: Path, lakehouse: Path | str, settings: Mapping[str, str] | None = None
 ) -> Iterator[Standalone]:
     """Start ``airflow standalone`` with state in ``home`` (and extra environment
-    ``settings``) and wait until its api-server and scheduler are healthy; stop
-    all of it on exit."""
-    home, lakehouse = home.resolve(), lakehouse.resolve()
+    ``settings``) over ``lakehouse`` (a folder or an object store's URI) and wait
+    until its api-server and scheduler are healthy; stop all of it on exit."""
+    home = home.resolve()
+    if not is_object_store(str(lakehouse)):
+        lakehouse = Path(lakehouse).resolve()
     # A killed stream's retry starts in seconds: the tests wait for it, not for a delay.
     client = start(
         home, lakehouse, settings={RETRY_DELAY_SETTING: str(TESTS_RETRY_DELAY_S), **(settings or {})}

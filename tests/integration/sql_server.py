@@ -54,13 +54,14 @@ class SqlServer:
 
 
 @contextmanager
-def sql_server(lakehouse: str, no_pipelines: Path) -> Iterator[SqlServer]:
-    """The server over ``lakehouse``, with ``$TIDEMARK_PIPELINES`` an empty folder
-    ``no_pipelines``, from listening until it is stopped."""
+def sql_server(lakehouse: str, no_pipelines: Path, *options: str) -> Iterator[SqlServer]:
+    """The server over ``lakehouse`` (and its further command-line ``options``), with
+    ``$TIDEMARK_PIPELINES`` an empty folder ``no_pipelines``, from listening until it
+    is stopped."""
     no_pipelines.mkdir(exist_ok=True)
     port = free_port()
     process = subprocess.Popen(
-        server_command(port, lakehouse),
+        [*server_command(port, lakehouse), *options],
         env={**submit_env(), "TIDEMARK_PIPELINES": str(no_pipelines)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

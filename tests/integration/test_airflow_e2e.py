@@ -1,13 +1,10 @@
 """End to end under a real `airflow standalone`: DAG runs triggered through the
 REST API run the real jobs through spark-submit; the tables reconcile exactly;
-a killed stream is restarted by Airflow with no data lost; the WatermarkSensor
-waits in the triggerer until the watermark passes its hour."""
+the WatermarkSensor waits in the triggerer until the watermark passes its hour. A
+killed stream restarted by Airflow is in test_production_rehearsal.py."""
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 import urllib.error
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +16,7 @@ from spark_jobs.config import load_pipeline
 from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.generator import START_MS, FleetSpec, generate, write_landing
 from spark_jobs.tables import TableRegistry
-from tests.integration.airflow_standalone import airflow_standalone, stream_drivers
+from tests.integration.airflow_standalone import airflow_standalone
 
 # Each DAG run is several spark-submits (about 30 s each on 2 idle cores): give a
 # loaded machine room beyond the suite's default 900 s per test.
@@ -90,38 +87,6 @@ def test_streaming_and_late_merge_runs_through_the_rest_api_reconcile_exactly(ai
     totals = silver.selectExpr("sum(record_count) AS all", "sum(late_merged_count) AS late").first()
     # Tumbling windows: every bronze record is in exactly one window, on time or merged late.
     assert totals.all == bronze and totals.late == pending
-
-
-def test_a_killed_pipeline_application_is_restarted_by_airflow_and_loses_nothing(airflow, lakehouse, spark):
-    registry = TableRegistry(load_pipeline(PIPELINE), str(lakehouse))
-    before = count(spark, registry.bronze.path) + count(spark, registry.ops["rejects"].path)
-    airflow.wait_for_dags(["tidemark_streaming"])
-    run_id = airflow.trigger("tidemark_streaming", {"mode": "continuous", "interval": "2s"})
-    try:
-        wait(lambda: stream_drivers("run", str(PIPELINE)), 300, "the pipeline's continuous application")
-        fleet = generate(FleetSpec(devices=4, partitions=2, seed=33, duration_ms=20 * 60_000))
-        write_landing(fleet, registry.landing_path, 100)
-        wait(lambda: count(spark, registry.bronze.path) > before, 300, "bronze to ingest the new files")
-        killed = stream_drivers("run", str(PIPELINE))
-        for pid in killed:
-            os.kill(pid, signal.SIGKILL)
-        more = generate(FleetSpec(devices=4, partitions=2, seed=34, duration_ms=10 * 60_000))
-        write_landing(more, registry.landing_path, 100)
-        expected = before + len(fleet) + len(more)
-
-        def everything_ingested() -> bool:
-            return count(spark, registry.bronze.path) + count(spark, registry.ops["rejects"].path) >= expected
-
-        wait(everything_ingested, 600, "the restarted bronze stream to ingest every file", every=5)
-        restarted = stream_drivers("run", str(PIPELINE))
-        assert restarted and not set(restarted) & set(killed), "Airflow did not restart the application"
-        time.sleep(5)  # one more trigger: nothing may arrive twice
-        total = count(spark, registry.bronze.path) + count(spark, registry.ops["rejects"].path)
-        assert total == expected
-        ids = spark.read.format("delta").load(registry.bronze.path).select("event_id")
-        assert ids.distinct().count() == ids.count()
-    finally:
-        airflow.request("PATCH", f"/api/v2/dags/tidemark_streaming/dagRuns/{run_id}", {"state": "failed"})
 
 
 def task_state(airflow: Airflow, dag_id: str, run_id: str, task_id: str) -> str | None:

@@ -1,6 +1,7 @@
 """The DAGs' integrity: imports, owners, retries, tags, Params. Their runs with real
 spark-submit are in test_airflow_e2e.py (REST-triggered under `airflow standalone`),
-test_airflow_soak.py and test_spark_cluster.py (`dag.test()` on a Spark cluster)."""
+test_production_rehearsal.py (on a Spark cluster, over S3) and test_spark_cluster.py
+(`dag.test()` on a Spark cluster)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """A live pipeline on object storage (SeaweedFS on loopback), from files landed on the
-store and from Kafka: its application is killed with SIGKILL mid-work and restarted,
-a late merge runs beside its streams, the idleness check fires the windows a quiet
-input leaves open, and afterwards the tables reconcile exactly and equal a batch
-computation over bronze, with nothing of the lakehouse on this machine's disk."""
+store: its application is killed with SIGKILL mid-work and restarted, a late merge
+runs beside its streams, the idleness check fires the windows a quiet input leaves
+open, and afterwards the tables reconcile exactly and equal a batch computation over
+bronze, with nothing of the lakehouse on this machine's disk. From Kafka, on a
+cluster under Airflow, the same is in test_production_rehearsal.py."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from spark_jobs.generator import (
     Manifest,
     generate,
     malformed_kinds,
-    send_to_kafka,
     write_landing,
 )
 from spark_jobs.jobs import gold
@@ -68,45 +68,27 @@ FLEET = FleetSpec(
 )
 
 
-def source_section(kind: str, root: str, kafka_broker) -> dict:
-    if kind == "files":
-        return {"kind": "files", "path": f"{root}/landing", "format": "json", "max_files_per_trigger": 2}
-    topic = f"telemetry_{uuid.uuid4().hex[:8]}"
-    kafka_broker.create_topic(topic, PARTITIONS)
-    return {
-        "kind": "kafka",
-        "bootstrap_servers": kafka_broker.bootstrap_servers,
-        "topic": topic,
-        "max_offsets_per_trigger": 60,
-    }
-
-
-@pytest.mark.parametrize("kind", ["files", "kafka"])
 def test_a_live_pipeline_on_object_storage_survives_a_kill_merges_beside_its_streams_and_idles(
-    spark, s3_server, tmp_path, monkeypatch, request, kind
+    spark, s3_server, tmp_path, monkeypatch
 ):
     for name, value in s3_server.environment().items():
         monkeypatch.setenv(name, value)
     root = f"s3a://{s3_server.bucket}/live-{uuid.uuid4().hex}"
-    broker = request.getfixturevalue("kafka_broker") if kind == "kafka" else None
-    source = source_section(kind, root, broker)
+    source = {"kind": "files", "path": f"{root}/landing", "format": "json", "max_files_per_trigger": 2}
     watermark = {"strategy": "bounded", "max_out_of_orderness": "5s", "idleness": f"{IDLENESS_S}s"}
     pipeline = write_pipeline(tmp_path, source=source, watermark=watermark)
     lakehouse = f"{root}/lake"
     registry = registry_for(pipeline, lakehouse)
-    fleet = generate(FLEET, malformed_kinds(kind))
+    fleet = generate(FLEET, malformed_kinds("files"))
     half = len(fleet) // 2
 
     def feed(records) -> None:
-        if kind == "files":
-            write_landing(records, source["path"], 20, prefix=f"part-{len(records)}")
-        else:
-            send_to_kafka(records, broker.bootstrap_servers, source["topic"])
+        write_landing(records, source["path"], 20, prefix=f"part-{len(records)}")
 
     feed(fleet[:half])
     # SIGKILL once the application has committed a few writes, bronze's and silver's.
     writes = kill_after_progress(
-        "run", CONTINUOUS, pipeline, lakehouse, tmp_path / "run.trace", (6, 10), random.Random(kind)
+        "run", CONTINUOUS, pipeline, lakehouse, tmp_path / "run.trace", (6, 10), random.Random("files")
     )
     assert writes is not None and {"bronze", "silver"} <= {write.split(":")[0] for write in writes}
 

@@ -1,21 +1,29 @@
-"""Soak under a real ``airflow standalone``: ``tidemark generate`` feeds a real Kafka
-topic at a fixed rate for a fixed time while the pipeline's four continuous streams
-run as one Spark application in one Airflow task, with late merges and the
-scheduled idleness check beside them.
-Half-way through, the Airflow scheduler is killed with SIGKILL and a new one
-started. Afterwards the tables reconcile exactly and silver, gold and the status
-events equal a batch computation over bronze.
+"""A production rehearsal on loopback: Airflow on PostgreSQL with the LocalExecutor
+submits every job to a Spark standalone master with two workers; the lakehouse is on
+an S3 server (SeaweedFS) and nowhere else; ``tidemark generate`` feeds a Kafka topic
+at a fixed rate for a fixed time.
+
+The pipeline's four continuous streams run as one application in one Airflow task,
+with late merges, idleness checks and maintenance beside them. Early in the feed the
+application is killed with SIGKILL (Airflow's retry restarts it); half-way through,
+the scheduler is killed and a new one started. Afterwards the tables reconcile
+exactly, silver, gold and the status events equal a batch computation over bronze,
+and the SQL server answers over the same S3 lakehouse.
 
 Rates and memory are printed as a report (figures, not pass/fail)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+import uuid
+from collections import Counter, defaultdict
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -40,7 +48,11 @@ from tests.integration.lakehouse_sql import (
     engine_silver,
     engine_status_events,
 )
+from tests.integration.postgres import PostgresServer
+from tests.integration.spark_cluster import Cluster, standalone_cluster
+from tests.integration.sql_server import sql_server
 from tests.integration.test_late_merge import assert_reconciles, quarantine_by_status, statuses_of
+from tests.integration.test_object_storage import objects_under
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -48,11 +60,15 @@ FEED_SECONDS = 60  # the generator is paced to spread the fleet's records over t
 FLEET = FleetSpec(
     devices=15, partitions=3, seed=77, duration_ms=100 * 60_000, late_ratio=0.03, malformed_ratio=0.01
 )
-JOBS = ("run", "merge_late", "check_idle")
+JOBS = ("run", "merge_late", "check_idle", "maintenance")
 # Partitions go idle after seconds rather than the shipped minute, so the wait for
 # the idleness check after the feed stops is short.
 IDLENESS_S = 10
-DAGS = ("tidemark_streaming", "tidemark_late_merge", "tidemark_idleness_check")
+DAGS = ("tidemark_streaming", "tidemark_late_merge", "tidemark_idleness_check", "tidemark_maintenance")
+MAINTENANCE = "tidemark_maintenance"
+# Two workers of two cores, an application gets one unless it asks: the streams, a merge,
+# an idleness check and maintenance run at once, each with its executor on a worker.
+WORKERS, WORKER_CORES, APP_CORES = 2, 2, 1
 
 
 class MemorySampler(threading.Thread):
@@ -144,6 +160,14 @@ def fired(watermark: int) -> str:
     return f"unix_millis(date_trunc('minute', event_time)) + 60000 - 1 <= {watermark}"
 
 
+def applications_of(cluster: Cluster, pipeline: Path) -> list[dict]:
+    """The pipeline's applications on the master, finished or running."""
+    state = cluster.master_state()
+    return [
+        app for app in state["completedapps"] + state["activeapps"] if app["name"].endswith(pipeline.stem)
+    ]
+
+
 def scheduled_passes(airflow) -> list[str]:
     """The state of the pipeline's pass in every scheduled run of the streaming DAG."""
     runs = airflow.request("GET", "/api/v2/dags/tidemark_streaming/dagRuns?run_type=scheduled")["dag_runs"]
@@ -157,16 +181,19 @@ def scheduled_passes(airflow) -> list[str]:
     ]
 
 
-def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and_doubles_nothing(
-    spark, tmp_path, kafka_broker
+def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
+    spark, tmp_path, kafka_broker, s3_server, monkeypatch
 ):
-    topic = "soak"
+    # The S3 server's endpoint and keys reach every process as a deployment's environment would.
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    topic = "rehearsal"
     kafka_broker.create_topic(topic, FLEET.partitions)
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
     pipeline = write_pipeline(
         pipelines,
-        pipeline="soak",
+        pipeline="rehearsal",
         source={
             "kind": "kafka",
             "bootstrap_servers": kafka_broker.bootstrap_servers,
@@ -176,22 +203,43 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
         },
         watermark={"strategy": "bounded", "max_out_of_orderness": "5s", "idleness": f"{IDLENESS_S}s"},
     )
-    lakehouse = tmp_path / "lakehouse"
+    lakehouse = f"s3a://{s3_server.bucket}/rehearsal-{uuid.uuid4().hex}/lake"
     registry = registry_for(pipeline, lakehouse)
     fleet = generate(FLEET, malformed_kinds("kafka"))
     manifest = Manifest.of(fleet)
-    settings = {
-        # The only pipeline, so the scheduled runs (idleness check, merge) take it too.
-        "TIDEMARK_PIPELINES": str(pipeline),
-        # The new scheduler looks for the dead one's tasks soon, not after 5 minutes.
-        "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "20",
-    }
     began, moments = time.monotonic(), {}
 
     def reached(moment: str) -> None:
         moments[moment] = round(time.monotonic() - began, 1)
 
-    with airflow_standalone(tmp_path / "airflow", lakehouse, settings) as standalone:
+    with ExitStack() as running:
+        postgres = running.enter_context(PostgresServer(tmp_path / "postgres"))
+        cluster = running.enter_context(
+            standalone_cluster(
+                tmp_path / "cluster",
+                workers=WORKERS,
+                cores=WORKER_CORES,
+                memory="2g",
+                default_cores=APP_CORES,
+                worker_environment=s3_server.environment(),
+            )
+        )
+        master_port = int(cluster.master_url.rsplit(":", 1)[1])
+        settings = {
+            **postgres.airflow_settings(),
+            # The only pipeline, so the scheduled runs (idleness check, merge) take it too.
+            "TIDEMARK_PIPELINES": str(pipeline),
+            # The new scheduler looks for the dead one's tasks soon, not after 5 minutes.
+            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "20",
+            # Every job on the cluster, its driver on loopback, shuffles sized for its core.
+            "AIRFLOW_CONN_TIDEMARK_SPARK": json.dumps(
+                {"conn_type": "spark", "host": "spark://127.0.0.1", "port": master_port}
+            ),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "TIDEMARK_SHUFFLE_PARTITIONS": str(2 * APP_CORES),
+            "TIDEMARK_CACHE_DIR": str(tmp_path / "cache"),
+        }
+        standalone = running.enter_context(airflow_standalone(tmp_path / "airflow", lakehouse, settings))
         reached("standalone_up")
         airflow = standalone.client
         sampler = MemorySampler(standalone.home)
@@ -202,7 +250,8 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
         # test_operators); under throughput the application took 192 CPU-s here, not 110.
         streaming = airflow.trigger("tidemark_streaming", {"mode": "continuous", "interval": "5s"})
         for dag_id in DAGS:
-            airflow.unpause(dag_id)
+            if dag_id != MAINTENANCE:
+                airflow.unpause(dag_id)
         try:
             wait(lambda: stream_drivers("run", str(pipeline)), 600, "the pipeline's application")
             reached("application_started")
@@ -222,13 +271,20 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
                 text=True,
             )
             merges = []
-            for moment in (0.3, 0.5, 0.7):
+            for moment in (0.2, 0.3, 0.5, 0.7):
                 time.sleep(max(0.0, feed_started + moment * FEED_SECONDS - time.monotonic()))
-                if moment == 0.5:
+                if moment == 0.2:
+                    killed_drivers = stream_drivers("run", str(pipeline))
+                    for pid in killed_drivers:
+                        os.kill(pid, signal.SIGKILL)
+                elif moment == 0.5:
                     restarted = start_scheduler(standalone, kill_scheduler(standalone))
                     killed_at = time.monotonic() - feed_started
                 else:
                     merges.append(airflow.trigger("tidemark_late_merge", {}))
+                if moment == 0.7:
+                    # Unpaused, the daily maintenance schedules its latest interval now.
+                    airflow.unpause(MAINTENANCE)
             output, _ = generator.communicate(timeout=FEED_SECONDS * 4)
             feed_seconds = time.monotonic() - feed_started
             reached("feed_done")
@@ -281,6 +337,12 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
             assert [airflow.wait_for_run("tidemark_late_merge", run) for run in merges] == ["success"] * len(
                 merges
             )
+            maintained = airflow.request("GET", f"/api/v2/dags/{MAINTENANCE}/dagRuns")["dag_runs"]
+            assert [run["run_type"] for run in maintained] == ["scheduled"]
+            assert airflow.wait_for_run(MAINTENANCE, maintained[0]["dag_run_id"]) == "success"
+            # Airflow's retry restarted the killed application.
+            drivers = stream_drivers("run", str(pipeline))
+            assert killed_drivers and drivers and not set(drivers) & set(killed_drivers)
 
             # Bronze is complete and the watermark final: what gold and the status
             # events must become is fixed, so it is computed once, not on every poll.
@@ -316,6 +378,7 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
             tries = {ti["task_id"]: ti["try_number"] for ti in tasks["task_instances"]}
             # Unpausing started a scheduled run ahead of the triggered one: it gave way.
             passes = scheduled_passes(airflow)
+            applications, executors = applications_of(cluster, pipeline), cluster.executors_by_app()
         finally:
             sampler.stopped.set()
             airflow.request(
@@ -325,11 +388,31 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
     reached("stopped")
     assert standalone.leftovers == [], "Airflow left processes behind"
     # Every job ran under the workers' profile, on the driver as on its JVM.
-    assert dict(sampler.job_profiles) == {
-        "run": {"short-jobs"},
-        "merge_late": {"short-jobs"},
-        "check_idle": {"short-jobs"},
-    }
+    assert dict(sampler.job_profiles) == {job: {"short-jobs"} for job in JOBS}
+    # The killed application's task failed and its retry ran the restarted one.
+    assert tries["continuous.pipeline"] >= 2, tries
+    # Every job ran on the cluster: an application of the master (the killed streams and
+    # their restart two), each with its one core's executor, on both workers between them.
+    names = Counter(app["name"] for app in applications)
+    assert set(names) == {f"tidemark-{job.replace('_', '-')}-rehearsal" for job in JOBS}, names
+    assert names["tidemark-run-rehearsal"] == tries["continuous.pipeline"]
+    assert names["tidemark-merge-late-rehearsal"] >= len(merges)
+    assert {app["cores"] for app in applications} == {APP_CORES}
+    assert all(executors.get(app["id"]) for app in applications), "an application ran no executor"
+    # A worker keeps a folder per application it ran an executor of.
+    hosted = [{folder.name for folder in work_dir.iterdir()} for work_dir in cluster.work_dirs]
+    assert all(hosted) and {app["id"] for app in applications} <= set().union(*hosted), hosted
+    # Executors fetch the package the operator built with their first task (an application
+    # killed before its first has none): every copy on the workers is that package.
+    (built,) = (tmp_path / "cache").glob("spark_jobs-*.zip")
+    shipped = [path for work_dir in cluster.work_dirs for path in work_dir.glob("*/*/spark_jobs-*.zip")]
+    assert shipped and all(path.read_bytes() == built.read_bytes() for path in shipped)
+    # The lakehouse is on the object store and nowhere else: no table, checkpoint or data
+    # file on this machine's disk, not in Airflow's folder nor in the workers' folders.
+    local = [path for pattern in ("_delta_log", "*.parquet", "offsets") for path in tmp_path.rglob(pattern)]
+    assert local == [] and not Path("s3a:").exists(), local
+    root = lakehouse.removeprefix("s3a://")
+    assert objects_under(s3_server, f"{root}/_checkpoints/{registry.config.name}")
     assert passes and set(passes) == {"skipped"}, passes
     assert_bronze_reconciles(spark, registry, manifest, fleet)
     statuses = quarantine_by_status(spark, registry)
@@ -350,6 +433,18 @@ def test_a_kafka_soak_under_airflow_with_the_scheduler_killed_half_way_loses_and
     assert judged(spark, registry) == count(spark, registry.bronze.path)
     batches = [row.batch_id for row in history if row.on_time_count + row.late_count > 0]
     assert len(batches) == len(set(batches)), "a silver batch was recorded twice"
+
+    # The SQL server over the same lakehouse, finding every table on the store.
+    with sql_server(lakehouse, tmp_path / "no-pipelines", "--state-dir", str(tmp_path / "sql")) as server:
+        served = {
+            table.sql_name: server.value(f"SELECT count(*) FROM {table.sql_name}")
+            for table in (registry.bronze, registry.silver, registry.quarantine, registry.gold)
+        }
+    assert served == {
+        table.sql_name: count(spark, table.path)
+        for table in (registry.bronze, registry.silver, registry.quarantine, registry.gold)
+    }
+    reached("sql_answered")
 
     report = json.dumps(
         {
