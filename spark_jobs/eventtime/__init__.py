@@ -15,9 +15,10 @@ from spark_jobs.eventtime.model import (
     WindowResult,
     run_reference,
 )
+from spark_jobs.eventtime.sessions import ReferenceSessions
 from spark_jobs.eventtime.timers import OfflineDetector, StatusEvent
 from spark_jobs.eventtime.valve import WatermarkValve
-from spark_jobs.eventtime.windows import Window, WindowSpec
+from spark_jobs.eventtime.windows import SessionSpec, Window, WindowSpec
 
 __all__ = [
     "MAX_WATERMARK",
@@ -31,7 +32,9 @@ __all__ = [
     "QuarantinedPair",
     "Record",
     "ReferencePipeline",
+    "ReferenceSessions",
     "Rules",
+    "SessionSpec",
     "StatusEvent",
     "WatermarkSpec",
     "WatermarkValve",

@@ -32,7 +32,8 @@ from typing import Any
 from spark_jobs.eventtime.generators import WatermarkSpec, quantile_timestamps
 from spark_jobs.eventtime.measures import MEASURES, python_value
 from spark_jobs.eventtime.tracker import PartitionInput, WatermarkTracker
-from spark_jobs.eventtime.windows import Window, WindowSpec, is_cleaned, is_fired
+from spark_jobs.eventtime.valve import ValveState
+from spark_jobs.eventtime.windows import SessionSpec, Window, WindowSpec, is_cleaned, is_fired
 
 OPEN, FIRED, CLOSED = "open", "fired", "closed"
 
@@ -63,7 +64,7 @@ class Batch:
 
 @dataclass(frozen=True)
 class Rules:
-    window: WindowSpec
+    window: WindowSpec | SessionSpec
     watermark: WatermarkSpec
     allowed_lateness_ms: int = 0
     key: tuple[str, ...] = ()
@@ -77,6 +78,9 @@ class Rules:
             unknown = set(aggregates) - set(MEASURES)
             if unknown:
                 raise ValueError(f"measure {column}: not mergeable: {sorted(unknown)}")
+
+    def key_of(self, record: Record) -> tuple:
+        return tuple(record.payload.get(column) for column in self.key)
 
 
 @dataclass
@@ -177,17 +181,19 @@ def measure_columns(measures: Mapping[str, Sequence[str]]) -> list[str]:
     return [f"{column}_{function}" for column, functions in measures.items() for function in functions]
 
 
-class ReferencePipeline:
+class BatchSteps:
+    """The step every reference model takes per micro-batch: judge the batch's
+    records against the watermark at its start, advance the clock, then settle
+    (fire and close) at the new watermark. Subclasses judge and settle."""
+
     def __init__(self, rules: Rules, start_time: int = 0) -> None:
         self.rules = rules
         self.tracker = WatermarkTracker(rules.watermark)
         self.tracker.declare(rules.partitions, start_time)
-        self.states: dict[tuple[tuple, Window], _WindowState] = {}
-        self.firings: list[Firing] = []
         self.quarantined: list[QuarantinedPair] = []
         self.history: list[BatchWatermark] = []
 
-    def run(self, batches: Sequence[Batch], flush: bool = False) -> ModelResult:
+    def run(self, batches: Sequence[Batch], flush: bool = False) -> Any:
         for batch in batches:
             self.process(batch)
         if flush:
@@ -199,22 +205,46 @@ class ReferencePipeline:
         self.tracker.declare(sorted(batch.partitions, key=str), batch.processing_time)
         on_time, late = self._judge(index, batch.records, self.tracker.watermark)
         state = self.tracker.advance(batch.processing_time, summarize(batch.records), batch.backlog)
-        return self._advance(
-            index, state.watermark, state.active_partitions, state.idle_partitions, on_time, late
-        )
+        return self._step(index, state, on_time, late)
 
     def flush(self) -> BatchWatermark:
-        state = self.tracker.flush()
-        return self._advance(
-            len(self.history), state.watermark, state.active_partitions, state.idle_partitions, 0, 0
+        """End the input like a bounded source: the watermark moves to the end of time."""
+        return self._step(len(self.history), self.tracker.flush(), 0, 0)
+
+    def _step(self, index: int, state: ValveState, on_time: int, late: int) -> BatchWatermark:
+        self._settle(index, state.watermark)
+        entry = BatchWatermark(
+            index, state.watermark, state.active_partitions, state.idle_partitions, on_time, late
         )
+        self.history.append(entry)
+        return entry
+
+    def _judge(self, index: int, records: Sequence[Record], watermark: int) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def _settle(self, index: int, watermark: int) -> None:
+        raise NotImplementedError
+
+    def result(self) -> Any:
+        raise NotImplementedError
+
+
+class ReferencePipeline(BatchSteps):
+    def __init__(self, rules: Rules, start_time: int = 0) -> None:
+        if not isinstance(rules.window, WindowSpec):
+            raise TypeError(
+                "ReferencePipeline runs tumbling and sliding windows; ReferenceSessions, sessions"
+            )
+        super().__init__(rules, start_time)
+        self.states: dict[tuple[tuple, Window], _WindowState] = {}
+        self.firings: list[Firing] = []
 
     def _judge(self, index: int, records: Sequence[Record], watermark: int) -> tuple[int, int]:
         on_time = late = 0
         for record in records:
             if record.marker:
                 continue
-            key = tuple(record.payload.get(column) for column in self.rules.key)
+            key = self.rules.key_of(record)
             for window in self.rules.window.assign(record.timestamp):
                 if is_cleaned(window, watermark, self.rules.allowed_lateness_ms):
                     self.quarantined.append(QuarantinedPair(index, record, window, watermark))
@@ -226,9 +256,7 @@ class ReferencePipeline:
                 on_time += 1
         return on_time, late
 
-    def _advance(
-        self, index: int, watermark: int, active: int, idle: int, on_time: int, late: int
-    ) -> BatchWatermark:
+    def _settle(self, index: int, watermark: int) -> None:
         for (key, window), state in sorted(
             self.states.items(), key=lambda item: (item[0][1], repr(item[0][0]))
         ):
@@ -245,9 +273,6 @@ class ReferencePipeline:
             if state.status != CLOSED and is_cleaned(window, watermark, self.rules.allowed_lateness_ms):
                 state.status = CLOSED
             state.changed = False
-        entry = BatchWatermark(index, watermark, active, idle, on_time, late)
-        self.history.append(entry)
-        return entry
 
     def _measures(self, state: _WindowState) -> dict[str, Any]:
         return {

@@ -1,4 +1,4 @@
-"""Window assignment, firing and cleanup (DESIGN §2).
+"""Window assignment, firing and cleanup (DESIGN §2), and session extents (§2c).
 
 Windows are half-open ``[start, end)`` in epoch milliseconds. Following Flink's
 code (which compares with ``<=`` everywhere): a window fires when
@@ -8,7 +8,12 @@ code (which compares with ``<=`` everywhere): a window fires when
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+# Why bronze rejects a record of a session pipeline whose gap comes from a column.
+GAP_MISSING, GAP_NOT_POSITIVE, GAP_ABOVE_MAX = "gap_missing", "gap_not_positive", "gap_above_max"
 
 
 @dataclass(frozen=True, order=True)
@@ -77,3 +82,72 @@ def is_fired(window: Window, watermark: int) -> bool:
 
 def is_cleaned(window: Window, watermark: int, allowed_lateness_ms: int) -> bool:
     return watermark >= window.max_timestamp + allowed_lateness_ms
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """A fixed ``gap_ms``, or a per-record gap in ``gap_column`` (milliseconds)
+    bounded by ``max_gap_ms``."""
+
+    gap_ms: int | None = None
+    gap_column: str | None = None
+    max_gap_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.gap_ms is None) == (self.gap_column is None):
+            raise ValueError("a session window has either a fixed gap or a gap column")
+        if self.gap_ms is not None and self.gap_ms <= 0:
+            raise ValueError("the session gap must be positive")
+        if self.gap_column is not None and (self.max_gap_ms is None or self.max_gap_ms <= 0):
+            raise ValueError("a gap column needs a positive max_gap")
+
+    @classmethod
+    def fixed(cls, gap_ms: int) -> SessionSpec:
+        return cls(gap_ms=gap_ms)
+
+    @classmethod
+    def dynamic(cls, gap_column: str, max_gap_ms: int) -> SessionSpec:
+        return cls(gap_column=gap_column, max_gap_ms=max_gap_ms)
+
+    def rejection(self, payload: Mapping[str, Any]) -> str | None:
+        """Why bronze rejects a record for its gap (None: it has a usable one)."""
+        if self.gap_column is None:
+            return None
+        gap = payload.get(self.gap_column)
+        if gap is None:
+            return GAP_MISSING
+        if gap <= 0:
+            return GAP_NOT_POSITIVE
+        if gap > self.max_gap_ms:
+            return GAP_ABOVE_MAX
+        return None
+
+    def proto(self, timestamp: int, payload: Mapping[str, Any]) -> Window:
+        """A record's own session ``[ts, ts + gap)``; only for a record not rejected."""
+        gap = self.gap_ms if self.gap_column is None else payload[self.gap_column]
+        return Window(timestamp, timestamp + gap)
+
+
+def touches(a: Window, b: Window) -> bool:
+    """Flink's merge rule: intersecting or adjacent extents merge."""
+    return a.start <= b.end and a.end >= b.start
+
+
+def span(extents: Iterable[Window]) -> Window:
+    extents = list(extents)
+    return Window(min(e.start for e in extents), max(e.end for e in extents))
+
+
+def touching_groups(extents: Sequence[Window]) -> list[list[int]]:
+    """Indexes of ``extents`` grouped by chains of touching extents, each group in
+    order of start, the groups in order of their start."""
+    order = sorted(range(len(extents)), key=lambda i: (extents[i].start, extents[i].end, i))
+    groups: list[list[int]] = []
+    reach = None
+    for index in order:
+        if reach is None or extents[index].start > reach:
+            groups.append([])
+            reach = extents[index].end
+        groups[-1].append(index)
+        reach = max(reach, extents[index].end)
+    return groups
