@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import URL
+
 from spark_jobs.servers import free_port, stop_group
 
 BIN_VARIABLE = "TIDEMARK_POSTGRES_BIN"
@@ -93,7 +95,10 @@ class PostgresServer:
 
     @property
     def sqlalchemy_url(self) -> str:
-        return f"postgresql+psycopg2://{self.user}:{self.password}@127.0.0.1:{self.port}/{self.database}"
+        url = URL.create(
+            "postgresql+psycopg2", self.user, self.password, "127.0.0.1", self.port, self.database
+        )
+        return url.render_as_string(hide_password=False)
 
     def airflow_settings(self) -> dict[str, str]:
         """Airflow's metadata in this database, tasks on the LocalExecutor."""
