@@ -62,6 +62,9 @@ def spark_conf(environment: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**LOG_STORE_CONF, **endpoint_conf(environment.get(ENDPOINT_VARIABLE))}
 
 
+PYARROW_CONNECT_TIMEOUT_S, PYARROW_REQUEST_TIMEOUT_S, PYARROW_ATTEMPTS = 10.0, 60.0, 5
+
+
 def pyarrow_filesystem(uri: str) -> tuple[pyarrow.fs.FileSystem, str]:
     """(pyarrow's file system, the path in it) for a lakehouse path: the local disk, or
     for an ``s3a://`` URI the store reached as Spark's sessions reach it
@@ -75,6 +78,11 @@ def pyarrow_filesystem(uri: str) -> tuple[pyarrow.fs.FileSystem, str]:
         endpoint_override=os.environ.get(ENDPOINT_VARIABLE) or None,
         region=os.environ.get("AWS_REGION", "us-east-1"),
         force_virtual_addressing=False,
+        # The SDK's default gives up on a request that moves nothing for 3 s: a store on a
+        # busy machine pauses longer, and a landed file must not be lost to that.
+        connect_timeout=PYARROW_CONNECT_TIMEOUT_S,
+        request_timeout=PYARROW_REQUEST_TIMEOUT_S,
+        retry_strategy=fs.AwsStandardS3RetryStrategy(max_attempts=PYARROW_ATTEMPTS),
     )
     return filesystem, f"{parts.netloc}{parts.path}".rstrip("/")
 
