@@ -4,9 +4,9 @@ an S3 server (SeaweedFS) and nowhere else; ``tidemark generate`` feeds a Kafka t
 at a fixed rate for a fixed time.
 
 The pipeline's four continuous streams run as one application in one Airflow task,
-with late merges, idleness checks and maintenance beside them. Half-way through the
-feed the application is killed with SIGKILL and so is the scheduler; a new scheduler
-starts, and Airflow's retries restart what ran. Afterwards the tables reconcile
+with late merges, idleness checks and maintenance beside them. Early in the feed the
+application is killed with SIGKILL, half-way the scheduler; a new scheduler starts,
+and Airflow's retries restart what ran. Afterwards the tables reconcile
 exactly, silver, gold and the status events equal a batch computation over bronze,
 and the SQL server answers over the same S3 lakehouse.
 
@@ -282,15 +282,16 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
                 text=True,
             )
             merges = []
-            # Half-way, the application crashes and so does the scheduler: the new scheduler
-            # resets the orphaned tasks and their retries run them again (the crashed
-            # application once, not once per crash).
-            for moment in (0.5, 0.7):
+            # The application crashes early, the scheduler half-way: the new scheduler resets
+            # the orphaned tasks and their retries run them again. Killed at one moment, the
+            # application's failed task was never retried in one run.
+            for moment in (0.2, 0.5, 0.7):
                 time.sleep(max(0.0, feed_started + moment * FEED_SECONDS - time.monotonic()))
-                if moment == 0.5:
+                if moment == 0.2:
                     killed_drivers = stream_drivers("run", str(pipeline))
                     for pid in killed_drivers:
                         os.kill(pid, signal.SIGKILL)
+                elif moment == 0.5:
                     restarted = start_scheduler(standalone, kill_scheduler(standalone))
                     killed_at = time.monotonic() - feed_started
                 else:
