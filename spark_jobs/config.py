@@ -22,7 +22,7 @@ import yaml
 from spark_jobs.eventtime.generators import STRATEGIES, GeneratorError, WatermarkSpec
 from spark_jobs.eventtime.measures import MEASURES
 from spark_jobs.eventtime.model import Rules
-from spark_jobs.eventtime.windows import WindowSpec
+from spark_jobs.eventtime.windows import SessionSpec, WindowSpec
 
 # Matched whole (fullmatch): `$` alone would let a trailing newline through.
 PIPELINE_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -41,7 +41,7 @@ LANDED_FILES = ("keep", "delete", "archive")
 EPOCH_FORMATS = ("epoch_seconds", "epoch_millis")
 NAMED_TIME_FORMATS = (*EPOCH_FORMATS, "iso8601")
 TIME_CHARACTERISTICS = ("event", "ingestion", "processing")
-WINDOW_TYPES = ("tumbling", "sliding")
+WINDOW_TYPES = ("tumbling", "sliding", "session")
 COLUMN_TYPES = ("string", "int", "long", "double", "float", "boolean", "timestamp", "date")
 NUMERIC_TYPES = ("int", "long", "double", "float")
 NOT_MERGEABLE = ("median", "percentile", "stddev", "variance", "first", "last", "mode", "count_distinct")
@@ -111,6 +111,12 @@ RESERVED_COLUMNS = frozenset(
         "_commit_timestamp",
     }
 )
+# The columns of a session pipeline's silver rows, and those its micro-batch adds
+# while judging; a session pipeline's payload must not have them.
+SESSION_COLUMNS = frozenset(
+    {"session_id", "session_start", "session_end", "merged_into", "tier"}
+    | {"start_ms", "end_ms", "targets", "target", "changed"}
+)
 # Columns every silver row has; a measure must not shadow them.
 SILVER_RESERVED = (
     "window_start",
@@ -120,6 +126,11 @@ SILVER_RESERVED = (
     "status",
     "late_merged_count",
     "updated_at",
+    "session_id",
+    "session_start",
+    "session_end",
+    "merged_into",
+    "tier",
 )
 
 
@@ -199,7 +210,7 @@ class PipelineConfig:
     event_time: EventTimeConfig
     key: tuple[str, ...]
     watermark: WatermarkSpec
-    window: WindowSpec
+    window: WindowSpec | SessionSpec
     time_characteristic: str = "event"
     partition_column: str | None = None
     allowed_lateness_ms: int = 0
@@ -352,7 +363,11 @@ def parse_pipeline(document: Any, source_file: str | None = None) -> PipelineCon
 
     key = _columns(_required(top, "key", ""), schema, "key")
     watermark = parse_watermark(_required(top, "watermark", ""), schema, source_file)
-    window = _window(_required(top, "window", ""))
+    window = _window(_required(top, "window", ""), schema)
+    if isinstance(window, SessionSpec):
+        for column in schema:
+            if column.lower() in SESSION_COLUMNS:
+                raise ConfigError(f"schema.{column}", "a session pipeline's silver uses this name itself")
     lateness = parse_duration(top.get("allowed_lateness", "0s"), "allowed_lateness")
     measures = _measures(top.get("measures") or {}, schema, key)
     gold = _gold(top["gold"], key, window) if top.get("gold") is not None else None
@@ -655,10 +670,12 @@ def _custom_generator(section: Mapping[str, Any], source_file: str | None) -> di
     return {"generator": reference, "options": dict(options), "search_folder": folder}
 
 
-def _window(value: Any) -> WindowSpec:
+def _window(value: Any, schema: Mapping[str, str]) -> WindowSpec | SessionSpec:
     section = _mapping(value, "window")
-    _reject_unknown(section, {"type", "size", "slide", "offset"}, "window.")
     window_type = _one_of(_required(section, "type", "window."), WINDOW_TYPES, "window.type")
+    if window_type == "session":
+        return _session_window(section, schema)
+    _reject_unknown(section, {"type", "size", "slide", "offset"}, "window.")
     size = parse_duration(_required(section, "size", "window."), "window.size", allow_zero=False)
     if window_type == "sliding":
         slide = parse_duration(_required(section, "slide", "window."), "window.slide", allow_zero=False)
@@ -677,6 +694,29 @@ def _window(value: Any) -> WindowSpec:
             f"must be smaller than the window {'slide' if window_type == 'sliding' else 'size'}",
         )
     return WindowSpec(size_ms=size, slide_ms=slide, offset_ms=offset)
+
+
+def _session_window(section: Mapping[str, Any], schema: Mapping[str, str]) -> SessionSpec:
+    """A fixed ``gap``, or a per-record ``gap_column`` (milliseconds) bounded by ``max_gap``."""
+    _reject_unknown(section, {"type", "gap", "gap_column", "max_gap", "max_duration"}, "window.")
+    if "max_duration" in section:
+        raise ConfigError("window.max_duration", "is not supported yet: a session is never split")
+    if ("gap" in section) == ("gap_column" in section):
+        raise ConfigError("window.gap", "a session window takes either gap or gap_column")
+    if "gap" in section:
+        if "max_gap" in section:
+            raise ConfigError(
+                "window.max_gap", "only applies with a gap_column (a fixed gap is its own bound)"
+            )
+        return SessionSpec.fixed(parse_duration(section["gap"], "window.gap", allow_zero=False))
+    column = _column(section["gap_column"], schema, "window.gap_column")
+    if schema[column] not in ("int", "long"):
+        raise ConfigError(
+            "window.gap_column",
+            f"must be an int or long column of milliseconds; {column} is {schema[column]}",
+        )
+    max_gap = parse_duration(_required(section, "max_gap", "window."), "window.max_gap", allow_zero=False)
+    return SessionSpec.dynamic(column, max_gap)
 
 
 def _measures(value: Any, schema: Mapping[str, str], key: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
@@ -707,10 +747,12 @@ def _measures(value: Any, schema: Mapping[str, str], key: tuple[str, ...]) -> di
     return measures
 
 
-def _gold(value: Any, key: tuple[str, ...], window: WindowSpec) -> GoldConfig:
+def _gold(value: Any, key: tuple[str, ...], window: WindowSpec | SessionSpec) -> GoldConfig:
     section = _mapping(value, "gold")
     _reject_unknown(section, {"name", "grain", "group_by"}, "gold.")
     name = _table_name(_required(section, "name", "gold."), "gold.name", "it names the gold table")
+    if isinstance(window, SessionSpec):
+        raise ConfigError("gold", "a rollup of session windows is not supported yet")
     if not window.is_tumbling:
         raise ConfigError(
             "gold", "a rollup needs tumbling windows (sliding windows overlap and would count records twice)"

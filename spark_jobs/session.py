@@ -25,6 +25,7 @@ executors by the driver, and ``$TIDEMARK_S3_ENDPOINT`` points s3a:// lakehouse p
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,7 +302,13 @@ def build_session(
         settings = {**base_conf(), **(overrides or {})}
     else:
         builder = builder.master(chosen)
-        settings = spark_conf(is_local_master(chosen), overrides, default_profile)
+        local = is_local_master(chosen)
+        settings = spark_conf(local, overrides, default_profile)
+        if local:
+            # Its Python workers run this interpreter and its packages (the session
+            # windows' judging needs pandas), not the first python3 on the PATH: PySpark
+            # takes the workers' Python from the environment only (spark-submit sets it).
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()

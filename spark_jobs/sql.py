@@ -53,6 +53,29 @@ def timestamp_literal(moment: datetime) -> str:
     return f"TIMESTAMP'{moment.astimezone(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}Z'"
 
 
+def value_literal(value: object) -> str:
+    """A Spark SQL literal of a column value as Spark collects it (not null)."""
+    if isinstance(value, str):
+        return string_literal(value)
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, datetime):  # collected naive, in the local time zone
+        return timestamp_literal(value)
+    if isinstance(value, date):
+        return f"DATE'{value.isoformat()}'"
+    raise TypeError(f"no SQL literal for {value!r}")
+
+
+def all_equal_sql(columns: Sequence[str], values: Sequence[object]) -> str:
+    """SQL: each of ``columns`` equals its value of ``values`` (none null)."""
+    return " AND ".join(
+        f"{quote_identifier(column)} = {value_literal(value)}"
+        for column, value in zip(columns, values, strict=True)
+    )
+
+
 def column_of(alias: str, name: str) -> Column:
     """``alias.name`` (a MERGE's ``t``/``s``, a join's side) as a Column."""
     return F.col(f"{alias}.{quote_identifier(name)}")

@@ -34,6 +34,7 @@ from pyspark.sql.types import (
 )
 
 from spark_jobs.config import PipelineConfig
+from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.transforms.aggregates import measure_types
 
 CHANGE_FEED = ("delta.enableChangeDataFeed", "true")
@@ -282,6 +283,9 @@ class TableRegistry:
 
     @property
     def silver(self) -> TableRef:
+        """``silver.<p>_windows``, or for a session pipeline ``silver.<p>_sessions``."""
+        if isinstance(self.config.window, SessionSpec):
+            return self._sessions()
         ts = TimestampType()
         fields = (
             _fields(("window_start", ts, False), ("window_end", ts, False))
@@ -303,6 +307,35 @@ class TableRegistry:
             f"{self.config.name}_windows",
             fields,
             partition_by=("status",),
+            properties=(CHANGE_FEED,),
+        )
+
+    def _sessions(self) -> TableRef:
+        ts, string = TimestampType(), StringType()
+        fields = (
+            self.key_fields(self.config.key)
+            + _fields(
+                ("session_id", string, False),
+                ("session_start", ts, False),
+                ("session_end", ts, False),
+                ("record_count", LongType(), False),
+            )
+            + measure_fields(self.config, with_state=True)
+            + _fields(
+                ("revision", IntegerType(), False),
+                ("status", string, False),
+                ("merged_into", string),
+                ("updated_at", ts, False),
+                ("tier", string, False),
+            )
+        )
+        # Partitioned by tier: a micro-batch reads and rewrites the live sessions only
+        # (engine.session_store), never the history.
+        return self._ref(
+            "silver",
+            f"{self.config.name}_sessions",
+            fields,
+            partition_by=("tier",),
             properties=(CHANGE_FEED,),
         )
 

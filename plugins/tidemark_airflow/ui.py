@@ -41,6 +41,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline
+from spark_jobs.eventtime.windows import SessionSpec
 from tidemark_airflow import charts, lakehouse
 from tidemark_airflow.health import STALL_AFTER, Liveness, liveness
 from tidemark_airflow.lakehouse import EPOCH, MAX_WATERMARK, MIN_WATERMARK, is_finite
@@ -490,6 +491,8 @@ def _last_fired(config: PipelineConfig, watermark: int | None) -> str:
         return "all (end of input)"
     if not is_finite(watermark):
         return NONE
+    if isinstance(config.window, SessionSpec):
+        return f"sessions ending by {format_watermark(watermark + 1)}"
     window = config.window.last_fired(watermark)
     to_time = (format_watermark(moment) for moment in (window.start, window.end))
     return "[{}, {})".format(*to_time)

@@ -160,7 +160,11 @@ def quantile_timestamps_column(ascending: str) -> Column:
     return F.when(count > 0, at_ranks).otherwise(F.array().cast("array<long>"))
 
 
-def quarantine_rows(late: DataFrame, registry: TableRegistry, now: datetime) -> DataFrame:
+def quarantine_rows(
+    late: DataFrame, registry: TableRegistry, now: datetime, reason: str = LATE_REASON
+) -> DataFrame:
+    """Late records (bronze columns, ``ts_ms``, the ``window_start_ms``/``window_end_ms``
+    they missed, the ``watermark`` that judged them) as pending quarantine rows."""
     moment = F.lit(now).cast("timestamp")
     return late.select(
         *registry.bronze.schema.fieldNames(),
@@ -168,7 +172,7 @@ def quarantine_rows(late: DataFrame, registry: TableRegistry, now: datetime) -> 
         F.timestamp_millis("window_end_ms").alias("window_end"),
         F.col("watermark"),
         (F.col("watermark") - F.col("ts_ms")).alias("lateness_ms"),
-        F.lit(LATE_REASON).alias("reason"),
+        F.lit(reason).alias("reason"),
         F.lit("pending").alias("status"),
         moment.alias("quarantined_at"),
         F.lit(None).cast("timestamp").alias("merged_at"),

@@ -42,8 +42,11 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import ConfigError
 from spark_jobs.engine import claims, detector
+from spark_jobs.engine.clocks import load_clock
 from spark_jobs.engine.gold_store import changed_keys, refresh_gold
+from spark_jobs.engine.session_store import fold_late_sessions
 from spark_jobs.engine.window_store import with_late_partials
+from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.faults import crash_point
 from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.lakehouse.log import commits, table_version
@@ -280,11 +283,53 @@ def finish(
     """Merge the rows ``run_id`` claimed (at quarantine ``version``) and mark them merged."""
     now = datetime.now(UTC)
     claimed = quarantine(spark, registry).where(claims.claimed_by(run_id))
+    txn = (f"merge-late:{registry.config.name}", version)
+    if isinstance(registry.config.window, SessionSpec):
+        report = fold_sessions(spark, registry, claimed, txn, now, step_label(run_id, "silver"))
+        crash_point("merge_late:silver")
+        progress.done(f"{report.records} records folded into sessions")
+    else:
+        report = merge_windows(spark, registry, claimed, txn, now, run_id, progress)
+    claims.mark_merged(
+        spark, registry.quarantine.path, claims.claimed_by(run_id), now, step_label(run_id, "mark")
+    )
+    crash_point("merge_late:mark")
+    progress.done("quarantine rows marked merged")
+    return report
+
+
+def fold_sessions(
+    spark: SparkSession,
+    registry: TableRegistry,
+    claimed: DataFrame,
+    txn: tuple[str, int],
+    now: datetime,
+    label: str,
+) -> MergeReport:
+    """Fold the claimed records into their keys' sessions, settled at silver's watermark."""
+    watermark = load_clock(spark, registry).tracker.watermark
+    records = claimed.count()
+    written = fold_late_sessions(spark, registry, claimed, watermark, txn, label, now)
+    report = MergeReport(records)
+    if written is not None:
+        report.new_windows = written.rows_written - written.rows_replaced
+    return report
+
+
+def merge_windows(
+    spark: SparkSession,
+    registry: TableRegistry,
+    claimed: DataFrame,
+    txn: tuple[str, int],
+    now: datetime,
+    run_id: str,
+    progress: Progress,
+) -> MergeReport:
+    """Fold the claimed pairs into their closed windows, then refresh gold."""
     plan = plan_merge(spark, registry, claimed)
     progress.done(f"planned {plan.report.records} records into {plan.report.windows} windows")
     try:
         if plan.starts:
-            txn = (f"merge-late:{registry.config.name}", version)
             written = merge_silver(
                 spark, registry, plan.partials, plan.starts, txn, now, step_label(run_id, "silver")
             )
@@ -301,11 +346,6 @@ def finish(
         plan.report.gold_handed_over = refreshed is None
     crash_point("merge_late:gold")
     progress.done("gold refreshed or handed over")
-    claims.mark_merged(
-        spark, registry.quarantine.path, claims.claimed_by(run_id), now, step_label(run_id, "mark")
-    )
-    crash_point("merge_late:mark")
-    progress.done("quarantine rows marked merged")
     return plan.report
 
 

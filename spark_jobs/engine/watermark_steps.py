@@ -17,13 +17,23 @@ from spark_jobs.engine.clocks import (
     write_history,
     write_partition_clocks,
 )
+from spark_jobs.engine.session_store import fire_due_sessions
 from spark_jobs.engine.window_store import fire_due
 from spark_jobs.eventtime.clock import MAX_WATERMARK, MIN_WATERMARK
+from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.faults import crash_point
 from spark_jobs.lakehouse.checkpoints import stream_app_id
 from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.lakehouse.log import batch_metadata
 from spark_jobs.tables import TableRegistry
+
+
+def fire_silver(
+    spark: SparkSession, registry: TableRegistry, watermark: int, label: str, now: datetime
+) -> None:
+    """Fire and close what ``watermark`` has passed in silver: windows, or sessions."""
+    fire = fire_due_sessions if isinstance(registry.config.window, SessionSpec) else fire_due
+    fire(spark, registry, watermark, label, now)
 
 
 def flush(spark: SparkSession, registry: TableRegistry, after_stream: str | None = None) -> bool:
@@ -50,7 +60,7 @@ def flush(spark: SparkSession, registry: TableRegistry, after_stream: str | None
     state = tracker.flush()
     now = datetime.now(UTC)
     app_id = f"flush-{registry.config.name}"
-    fire_due(spark, registry, MAX_WATERMARK, batch_metadata(f"{app_id}:silver", version + 1, {}), now)
+    fire_silver(spark, registry, MAX_WATERMARK, batch_metadata(f"{app_id}:silver", version + 1, {}), now)
     crash_point("flush:fire")
     now_ms = round(now.timestamp() * 1000)
     clock = VersionClock(
@@ -93,7 +103,7 @@ def advance_idle(
     moved = state.watermark != before or idle_after != idle_before
     clock = None
     if moved:
-        fire_due(spark, registry, state.watermark, batch_metadata(f"{app_id}:silver", now_ms, {}), now)
+        fire_silver(spark, registry, state.watermark, batch_metadata(f"{app_id}:silver", now_ms, {}), now)
         crash_point("idle:fire")
         clock = VersionClock(
             last_version, now_ms, before, state.watermark, state.active_partitions, state.idle_partitions

@@ -38,7 +38,7 @@ sessions equal a batch sessionization of every record.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,15 +115,116 @@ class SessionModelResult:
 
 
 @dataclass
-class _Session:
+class SessionState:
+    """A session's extent and lifecycle, without its records or measures (the model
+    keeps its records beside it, the engine its measures in Spark)."""
+
     session_id: str
-    key: tuple
     extent: Window
-    records: list[Record] = field(default_factory=list)
     revision: int = 0
     status: str = OPEN
     merged_into: str | None = None
-    changed: bool = False
+    changed: bool = False  # took records since it was last settled
+
+
+@dataclass
+class Merged:
+    """What records joining a key's sessions made: the session each record joined
+    (by its index), and the survivor each absorbed session merged into."""
+
+    joined: dict[int, str] = field(default_factory=dict)
+    absorbed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Judged(Merged):
+    """:class:`Merged`, and the records quarantined, each with its extent."""
+
+    late: list[tuple[int, Window]] = field(default_factory=list)
+
+
+class KeySessions:
+    """One key's sessions and the rules that change them: the reference model and the
+    engine's micro-batch both run every key through one of these."""
+
+    def __init__(self, key: tuple, sessions: Iterable[SessionState] = ()) -> None:
+        self.key = key
+        self.sessions = {session.session_id: session for session in sessions}
+
+    def tombstone(self) -> SessionState | None:
+        """The key's closed session with the latest end."""
+        closed = [s for s in self.sessions.values() if s.status == CLOSED]
+        return max(closed, key=lambda s: (s.extent.end, s.session_id)) if closed else None
+
+    def judge(self, arrivals: Sequence[Window], watermark: int, lateness_ms: int) -> Judged:
+        """The key's records of one batch (their proto-sessions), judged together against
+        the watermark at the batch's start; the counted ones join the sessions."""
+        tombstone = self.tombstone()
+        late: list[tuple[int, Window]] = []
+        rest = []
+        for index, proto in enumerate(arrivals):
+            if tombstone is not None and touches(proto, tombstone.extent):
+                late.append((index, span([proto, tombstone.extent])))
+            else:
+                rest.append(index)
+        live = [s for s in self.sessions.values() if s.status in (OPEN, FIRED)]
+        extents = [s.extent for s in live] + [arrivals[index] for index in rest]
+        counted: dict[int, Window] = {}
+        for group in touching_groups(extents):
+            joining = [rest[i - len(live)] for i in group if i >= len(live)]
+            if len(joining) == len(group) and is_cleaned(
+                span(extents[i] for i in group), watermark, lateness_ms
+            ):
+                late += [(index, arrivals[index]) for index in joining]
+            else:
+                counted |= {index: arrivals[index] for index in joining}
+        merged = self.merge(counted, live)
+        return Judged(merged.joined, merged.absorbed, late)
+
+    def merge(self, arrivals: Mapping[int, Window], sessions: Sequence[SessionState]) -> Merged:
+        """``arrivals`` (proto-sessions by record index) join ``sessions`` (of this key):
+        each group of touching extents becomes one session, the earliest-starting one
+        surviving."""
+        indexes = list(arrivals)
+        extents = [s.extent for s in sessions] + [arrivals[index] for index in indexes]
+        merged = Merged()
+        for group in touching_groups(extents):
+            members = [sessions[i] for i in group if i < len(sessions)]
+            joining = [indexes[i - len(sessions)] for i in group if i >= len(sessions)]
+            if not joining and len(members) == 1:
+                continue
+            extent = span(extents[i] for i in group)
+            if members:
+                survivor = min(members, key=lambda s: (s.extent.start, s.session_id))
+            else:
+                survivor = SessionState(session_id(self.key, extent.start), extent)
+                self.sessions[survivor.session_id] = survivor
+            for member in members:
+                if member is not survivor:
+                    member.status, member.merged_into, member.changed = MERGED, survivor.session_id, False
+                    merged.absorbed[member.session_id] = survivor.session_id
+            merged.joined |= dict.fromkeys(joining, survivor.session_id)
+            survivor.extent, survivor.changed = extent, True
+        return merged
+
+    def settle(self, watermark: int, lateness_ms: int) -> list[SessionState]:
+        """Fire what the watermark has passed (again, for a session that changed), put
+        back to open a fired one extended past it, and close what it has cleaned.
+        Returns the sessions fired, each with its new revision."""
+        fired_now = []
+        for session in self.sessions.values():
+            if session.status == MERGED or (session.status == CLOSED and not session.changed):
+                continue
+            fired = is_fired(session.extent, watermark)
+            if fired and (session.changed or session.status == OPEN):
+                session.revision += 1
+                fired_now.append(session)
+            if is_cleaned(session.extent, watermark, lateness_ms):
+                session.status = CLOSED
+            else:
+                session.status = FIRED if fired else OPEN
+            session.changed = False
+        return fired_now
 
 
 class ReferenceSessions(BatchSteps):
@@ -132,7 +233,8 @@ class ReferenceSessions(BatchSteps):
             raise TypeError("ReferenceSessions runs session windows; ReferencePipeline runs the others")
         super().__init__(rules, start_time)
         self.spec: SessionSpec = rules.window
-        self.sessions: dict[str, _Session] = {}
+        self.keys: dict[tuple, KeySessions] = {}
+        self.records: dict[str, list[Record]] = {}  # per session id
         self.firings: list[SessionFiring] = []
         self.folded = 0  # how many of the quarantined the merge has folded in
         self.rejected: list[tuple[Record, str]] = []
@@ -148,106 +250,65 @@ class ReferenceSessions(BatchSteps):
         for pair in pending:
             by_key.setdefault(self.rules.key_of(pair.record), []).append(pair.record)
         for key, records in by_key.items():
-            self._merge(key, records, [s for s in self._of(key) if s.status != MERGED])
+            sessions = self._key(key)
+            alive = [s for s in sessions.sessions.values() if s.status != MERGED]
+            self._place(sessions.merge(dict(enumerate(self._protos(records))), alive), records)
         self._settle(len(self.history) - 1, self.tracker.watermark)
         return len(pending)
 
-    def _of(self, key: tuple) -> list[_Session]:
-        return [s for s in self.sessions.values() if s.key == key]
+    def _key(self, key: tuple) -> KeySessions:
+        return self.keys.setdefault(key, KeySessions(key))
 
-    def _tombstone(self, key: tuple) -> _Session | None:
-        closed = [s for s in self._of(key) if s.status == CLOSED]
-        return max(closed, key=lambda s: s.extent.end) if closed else None
+    def _protos(self, records: Sequence[Record]) -> list[Window]:
+        return [self.spec.proto(record.timestamp, record.payload) for record in records]
+
+    def _place(self, merged: Merged, records: Sequence[Record]) -> None:
+        """Records follow their sessions: an absorbed session's to its survivor (it keeps
+        its own, as it was when absorbed), a joining record to the session it joined."""
+        for absorbed, survivor in merged.absorbed.items():
+            self.records.setdefault(survivor, []).extend(self.records.get(absorbed, []))
+        for index, joined in merged.joined.items():
+            self.records.setdefault(joined, []).append(records[index])
 
     def _judge(self, index: int, records: Sequence[Record], watermark: int) -> tuple[int, int]:
-        lateness = self.rules.allowed_lateness_ms
         arrivals: dict[tuple, list[Record]] = {}
-        late = 0
         for record in records:
             if record.marker:
                 continue
             reason = self.spec.rejection(record.payload)
             if reason is not None:
                 self.rejected.append((record, reason))
-                continue
-            key, proto = self.rules.key_of(record), self.spec.proto(record.timestamp, record.payload)
-            tombstone = self._tombstone(key)
-            if tombstone is not None and touches(proto, tombstone.extent):
-                self.quarantined.append(
-                    QuarantinedPair(index, record, span([proto, tombstone.extent]), watermark)
-                )
-                late += 1
             else:
-                arrivals.setdefault(key, []).append(record)
-        on_time = 0
+                arrivals.setdefault(self.rules.key_of(record), []).append(record)
+        on_time = late = 0
         for key, arrived in arrivals.items():
-            live = [s for s in self._of(key) if s.status in (OPEN, FIRED)]
-            extents = [s.extent for s in live] + [self.spec.proto(r.timestamp, r.payload) for r in arrived]
-            for group in touching_groups(extents):
-                sessions = [live[i] for i in group if i < len(live)]
-                joining = [arrived[i - len(live)] for i in group if i >= len(live)]
-                if not sessions and is_cleaned(span(extents[i] for i in group), watermark, lateness):
-                    for record in joining:
-                        proto = self.spec.proto(record.timestamp, record.payload)
-                        self.quarantined.append(QuarantinedPair(index, record, proto, watermark))
-                    late += len(joining)
-                    continue
-                self._merge(key, joining, sessions)
-                on_time += len(joining)
+            judged = self._key(key).judge(self._protos(arrived), watermark, self.rules.allowed_lateness_ms)
+            self._place(judged, arrived)
+            for record_index, extent in sorted(judged.late):
+                self.quarantined.append(QuarantinedPair(index, arrived[record_index], extent, watermark))
+            on_time += len(judged.joined)
+            late += len(judged.late)
         return on_time, late
 
-    def _merge(self, key: tuple, records: Sequence[Record], sessions: Sequence[_Session]) -> None:
-        """``records`` join ``sessions`` (all of one key): each group of touching extents
-        becomes one session, the earliest-starting one surviving."""
-        extents = [s.extent for s in sessions] + [self.spec.proto(r.timestamp, r.payload) for r in records]
-        for group in touching_groups(extents):
-            members = [sessions[i] for i in group if i < len(sessions)]
-            joining = [records[i - len(sessions)] for i in group if i >= len(sessions)]
-            if not joining and len(members) == 1:
-                continue
-            extent = span(extents[i] for i in group)
-            if members:
-                survivor = min(members, key=lambda s: (s.extent.start, s.session_id))
-            else:
-                survivor = _Session(session_id(key, extent.start), key, extent)
-                self.sessions[survivor.session_id] = survivor
-            for absorbed in members:
-                if absorbed is not survivor:
-                    survivor.records.extend(absorbed.records)
-                    absorbed.status, absorbed.merged_into, absorbed.changed = (
-                        MERGED,
-                        survivor.session_id,
-                        False,
-                    )
-            survivor.records.extend(joining)
-            survivor.extent, survivor.changed = extent, True
-
     def _settle(self, index: int, watermark: int) -> None:
-        """Fire what the watermark has passed (again, for a session that changed), put
-        back to open a fired one extended past it, and close what it has cleaned."""
-        lateness = self.rules.allowed_lateness_ms
-        for session in sorted(self.sessions.values(), key=lambda s: (s.extent, s.session_id)):
-            if session.status == MERGED or (session.status == CLOSED and not session.changed):
-                continue
-            fired = is_fired(session.extent, watermark)
-            if fired and (session.changed or session.status == OPEN):
-                session.revision += 1
-                self.firings.append(
-                    SessionFiring(
-                        index,
-                        session.key,
-                        session.session_id,
-                        session.extent,
-                        session.revision,
-                        len(session.records),
-                        self._measures(session.records),
-                    )
+        fired = [
+            session
+            for sessions in self.keys.values()
+            for session in sessions.settle(watermark, self.rules.allowed_lateness_ms)
+        ]
+        for session in sorted(fired, key=lambda s: (s.extent, s.session_id)):
+            records = self.records[session.session_id]
+            self.firings.append(
+                SessionFiring(
+                    index,
+                    self.rules.key_of(records[0]),
+                    session.session_id,
+                    session.extent,
+                    session.revision,
+                    len(records),
+                    self._measures(records),
                 )
-            if is_cleaned(session.extent, watermark, lateness):
-                session.status = CLOSED
-            else:
-                session.status = FIRED if fired else OPEN
-            session.changed = False
+            )
 
     def _measures(self, records: Sequence[Record]) -> dict[str, Any]:
         return {
@@ -259,16 +320,17 @@ class ReferenceSessions(BatchSteps):
     def result(self) -> SessionModelResult:
         sessions = {
             s.session_id: SessionResult(
-                s.key,
+                key,
                 s.session_id,
                 s.extent,
-                len(s.records),
-                self._measures(s.records),
+                len(self.records[s.session_id]),
+                self._measures(self.records[s.session_id]),
                 s.revision,
                 s.status,
                 s.merged_into,
             )
-            for s in self.sessions.values()
+            for key, found in self.keys.items()
+            for s in found.sessions.values()
         }
         return SessionModelResult(
             sessions, list(self.firings), list(self.quarantined), list(self.rejected), list(self.history)

@@ -22,7 +22,7 @@ from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_p
 from spark_jobs.lakehouse.checkpoints import discard_unfinished_first_batch, stream_app_id
 from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.lakehouse.files import hadoop_file
-from spark_jobs.lakehouse.log import batch_landed, batch_metadata
+from spark_jobs.lakehouse.log import batch_landed, batch_metadata, newest_stream_commit
 from spark_jobs.lakehouse.runs import RunLog, RunTotals
 from spark_jobs.lakehouse.transaction import Transaction
 from spark_jobs.session import (
@@ -207,6 +207,14 @@ class BatchWriter:
         return not self.follows_completed(batch_id) and batch_landed(
             self.spark, table.path, self.app_id, batch_id, self.born_ms()
         )
+
+    def landed_commit(self, table: TableRef, batch_id: int) -> int | None:
+        """The version of this stream's commit of batch ``batch_id`` to ``table``, if it
+        landed; None if it did not (:meth:`landed`)."""
+        if self.follows_completed(batch_id):
+            return None
+        newest = newest_stream_commit(self.spark, table.path, self.app_id, self.born_ms())
+        return newest[0] if newest is not None and newest[1] == batch_id else None
 
     def born_ms(self) -> int:
         """When the stream's checkpoint (and with it its app id) was made."""

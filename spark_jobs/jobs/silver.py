@@ -31,6 +31,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -41,6 +42,7 @@ from spark_jobs.config import ConfigError
 from spark_jobs.engine.clocks import (
     ClockMemory,
     SavedClock,
+    VersionClock,
     append_batch_history,
     backlog_beyond,
     clock_memory,
@@ -51,6 +53,7 @@ from spark_jobs.engine.clocks import (
     write_partition_clocks,
 )
 from spark_jobs.engine.judging import (
+    Summary,
     judged_columns,
     late_pairs_possible,
     quarantine_rows,
@@ -58,8 +61,18 @@ from spark_jobs.engine.judging import (
     timed_records,
     version_summary,
 )
+from spark_jobs.engine.session_store import (
+    JOINED,
+    LATE,
+    judgement_before,
+    late_records,
+    proto_end,
+    write_sessions,
+)
 from spark_jobs.engine.watermark_steps import flush
 from spark_jobs.engine.window_store import write_windows
+from spark_jobs.eventtime.sessions import SESSION_CLOSED
+from spark_jobs.eventtime.windows import WindowSpec
 from spark_jobs.faults import crash_point
 from spark_jobs.jobs.common import (
     BatchWriter,
@@ -132,9 +145,11 @@ class SilverBatchWriter(BatchWriter):
         config = registry.config
         now = datetime.now(UTC)
         timed = timed_records(batch, registry)
-        records = judged_columns(timed).persist()
+        windows = config.window if isinstance(config.window, WindowSpec) else None
+        # Sessions are judged key by key from the start: each record keeps its coordinates.
+        records = (timed if windows is None else judged_columns(timed)).persist()
         try:
-            summary = version_summary(records, config.watermark.needs_disorder, config.window)
+            summary = version_summary(records, config.watermark.needs_disorder, windows)
             if not summary:
                 return
             last_version = max(row.version for row in summary)
@@ -158,45 +173,10 @@ class SilverBatchWriter(BatchWriter):
                 # grown since, must plan exactly as the first run did.
                 source_reports(spark, registry, summary[0].version, last_version),
             )
-            watermarks_before = {clock.version: clock.watermark_before for clock in plan}
-
-            def pairs_of(records: DataFrame) -> DataFrame:
-                data = records.where(~F.col("is_marker"))
-                return judge_pairs(
-                    assign_windows(data, config.window), watermarks_before, config.allowed_lateness_ms
-                )
-
-            # Not cached: each use re-derives the pairs from the cached records, which
-            # costs less than caching the records once more per pair.
-            pairs = pairs_of(records)
-            if late_pairs_possible(summary, watermarks_before, config.window, config.allowed_lateness_ms):
-                counts = {
-                    (row.version, row.is_late): row["count"]
-                    for row in pairs.groupBy("version", "is_late").count().collect()
-                }
-            else:  # every pair is on time: the summary has counted them
-                counts = Counter()
-                for row in summary:
-                    counts[row.version, False] += row.pairs
-            late_total = sum(n for (_, is_late), n in counts.items() if is_late)
-            on_time = pairs.where(~F.col("is_late"))
-            if not self.landed(registry.silver, batch_id):
-                partials = window_partials(on_time, config, [clock.version for clock in plan])
-                write_windows(spark, registry, partials, plan, self.label(batch_id), now)
-                crash_point("silver:windows")
-            if late_total:
-                # After the windows: a late merge between a crash and the replay would
-                # otherwise create, closed, a window whose on-time pairs this batch
-                # has yet to write, and the replay (which reads the windows in play only) would
-                # insert it a second time.
-                # Judged again from the whole batch, which carries the records' coordinates.
-                late = pairs_of(timed).where("is_late")
-                self.append_once(quarantine_rows(late, registry, now), registry.quarantine, batch_id)
-                crash_point("silver:quarantine")
-            per_version = {
-                clock.version: (counts.get((clock.version, False), 0), counts.get((clock.version, True), 0))
-                for clock in plan
-            }
+            if windows is None:
+                per_version = self.sessions_batch(records, plan, batch_id, now)
+            else:
+                per_version = self.windows_batch(records, timed, summary, plan, batch_id, now)
             append_batch_history(spark, registry, plan, per_version, tracker, history_label(self.app_id))
             crash_point("silver:history")
             self.clock.keep(SavedClock(tracker, last_version, snapshot_stale=True))
@@ -205,11 +185,104 @@ class SilverBatchWriter(BatchWriter):
                 self.write_snapshot()
         finally:
             records.unpersist()
-        on_time_total = sum(on for on, _ in per_version.values())
         self.totals.batches += 1
         self.totals.rows_in += sum(row.rows for row in summary)
-        self.totals.rows_out += on_time_total
-        self.totals.late += late_total
+        self.totals.rows_out += sum(on for on, _ in per_version.values())
+        self.totals.late += sum(late for _, late in per_version.values())
+
+    def windows_batch(
+        self,
+        records: DataFrame,
+        timed: DataFrame,
+        summary: list[Summary],
+        plan: list[VersionClock],
+        batch_id: int,
+        now: datetime,
+    ) -> dict[int, tuple[int, int]]:
+        """Judge every (record, window) pair, write the windows and the quarantine;
+        per version, its (on-time, late) pairs."""
+        spark, registry = self.spark, self.context.registry
+        config = registry.config
+        watermarks_before = {clock.version: clock.watermark_before for clock in plan}
+
+        def pairs_of(records: DataFrame) -> DataFrame:
+            data = records.where(~F.col("is_marker"))
+            return judge_pairs(
+                assign_windows(data, config.window), watermarks_before, config.allowed_lateness_ms
+            )
+
+        # Not cached: each use re-derives the pairs from the cached records, which
+        # costs less than caching the records once more per pair.
+        pairs = pairs_of(records)
+        if late_pairs_possible(summary, watermarks_before, config.window, config.allowed_lateness_ms):
+            counts = {
+                (row.version, row.is_late): row["count"]
+                for row in pairs.groupBy("version", "is_late").count().collect()
+            }
+        else:  # every pair is on time: the summary has counted them
+            counts = Counter()
+            for row in summary:
+                counts[row.version, False] += row.pairs
+        on_time = pairs.where(~F.col("is_late"))
+        if not self.landed(registry.silver, batch_id):
+            partials = window_partials(on_time, config, [clock.version for clock in plan])
+            write_windows(spark, registry, partials, plan, self.label(batch_id), now)
+            crash_point("silver:windows")
+        if any(is_late and n for (_, is_late), n in counts.items()):
+            # After the windows: a late merge between a crash and the replay would
+            # otherwise create, closed, a window whose on-time pairs this batch
+            # has yet to write, and the replay (which reads the windows in play only) would
+            # insert it a second time.
+            # Judged again from the whole batch, which carries the records' coordinates.
+            late = pairs_of(timed).where("is_late")
+            self.append_once(quarantine_rows(late, registry, now), registry.quarantine, batch_id)
+            crash_point("silver:quarantine")
+        return per_version(plan, counts)
+
+    def sessions_batch(
+        self, records: DataFrame, plan: list[VersionClock], batch_id: int, now: datetime
+    ) -> dict[int, tuple[int, int]]:
+        """Judge the records key by key against the live sessions, write the sessions and
+        the quarantine; per version, its (on-time, late) records."""
+        spark, registry = self.spark, self.context.registry
+        data = records.where(~F.col("is_marker")).withColumn("end_ms", proto_end(registry.config.window))
+        landed = self.landed_commit(registry.silver, batch_id)
+        if landed is None:
+            judged = write_sessions(spark, registry, data, plan, self.label(batch_id), now)
+            crash_point("silver:windows")
+        else:
+            # A replay of a batch whose sessions committed: judged again against the
+            # sessions that commit replaced, its records are where the commit put them.
+            judged = judgement_before(spark, registry, data, plan, landed)
+        try:
+            counts = {
+                (row.version, row.kind == LATE): row["count"]
+                for row in judged.where(F.col("kind").isin(JOINED, LATE))
+                .groupBy("version", "kind")
+                .count()
+                .collect()
+            }
+            if any(is_late and n for (_, is_late), n in counts.items()):
+                # After the sessions, as for windows.
+                self.append_once(
+                    quarantine_rows(late_records(data, judged), registry, now, SESSION_CLOSED),
+                    registry.quarantine,
+                    batch_id,
+                )
+                crash_point("silver:quarantine")
+        finally:
+            judged.unpersist()
+        return per_version(plan, counts)
+
+
+def per_version(
+    plan: list[VersionClock], counts: Mapping[tuple[int, bool], int]
+) -> dict[int, tuple[int, int]]:
+    """Per version of ``plan``, its (on-time, late) count of ``counts`` by (version, is late)."""
+    return {
+        clock.version: (counts.get((clock.version, False), 0), counts.get((clock.version, True), 0))
+        for clock in plan
+    }
 
 
 def stream(spark: SparkSession, context: JobContext) -> Stream:

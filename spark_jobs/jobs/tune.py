@@ -19,6 +19,7 @@ from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
 from spark_jobs.engine.tuning import CANDIDATE_HELP, CannotTune, parse_candidate, tune
 from spark_jobs.engine.tuning_report import as_json, chart_svg, save, table
 from spark_jobs.eventtime.generators import GeneratorError
+from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.jobs.backfill import cut_batches, ingest_batches, require_partitions
 from spark_jobs.jobs.common import exit_on_config_error, folder_argument
 from spark_jobs.lakehouse.files import delete_tree
@@ -68,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = load_pipeline(args.pipeline)
+    if isinstance(config.window, SessionSpec):
+        raise ConfigError(
+            "window.type", "tidemark tune runs on tumbling and sliding windows, not on sessions yet"
+        )
     candidates = [parse_candidate(text, config) for text in args.candidates]
     for given, flag in ((args.batch_size, "--batch-size"), (args.batch_column, "--batch-column")):
         if args.bronze and given is not None:

@@ -281,20 +281,27 @@ def batch_label(label: str | None) -> BatchLabel | None:
 def batch_landed(spark: SparkSession, path: str, app_id: str, batch_id: int, born_ms: int) -> bool:
     """Whether batch ``batch_id`` of the stream ``app_id`` (born at ``born_ms``) has
     committed to the table, by a labelled commit (:func:`batch_metadata`) or a Delta
-    transaction id. Read from the log on the driver (no Spark job), from its latest
-    version back to the stream's newest commit there: a stream's batches commit in
-    order, so that commit is the batch or an earlier one. A stream that never
-    committed here is looked for back to commits older than itself."""
+    transaction id."""
+    newest = newest_stream_commit(spark, path, app_id, born_ms)
+    return newest is not None and newest[1] >= batch_id
+
+
+def newest_stream_commit(spark: SparkSession, path: str, app_id: str, born_ms: int) -> tuple[int, int] | None:
+    """(version, batch id) of the stream ``app_id``'s newest commit to the table, or
+    None. Read from the log on the driver (no Spark job), from its latest version
+    back: a stream's batches commit in order. A stream that never committed here is
+    looked for back to commits older than itself."""
     latest = table_version(spark, path)
     for end in range(latest, -1, -LOOKBACK_CHUNK):
         start = max(0, end - LOOKBACK_CHUNK + 1)
-        for version_actions in reversed(list(_log_changes(spark, path, start, end, fail_on_data_loss=False))):
+        changes = list(_log_changes(spark, path, start, end, fail_on_data_loss=False))
+        for version_actions in reversed(changes):
             found, timestamp_ms = _stream_batch(version_actions._2(), app_id)
             if found is not None:
-                return found >= batch_id
+                return version_actions._1(), found
             if timestamp_ms is not None and timestamp_ms < born_ms - CLOCK_SKEW_MS:
-                return False
-    return False
+                return None
+    return None
 
 
 def _stream_batch(actions: Any, app_id: str) -> tuple[int | None, int | None]:

@@ -1,8 +1,9 @@
-"""Reads of a Delta table's change feed, and the rows a commit really changed."""
+"""Reads of a Delta table's change feed, the rows a commit really changed, and a
+table's rows as a version left them."""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, DataFrameReader
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamReader
 
@@ -35,3 +36,8 @@ def changed_rows(changes: DataFrame) -> DataFrame:
         .exceptAll(before.drop("_change_type"))
         .drop("_commit_version", "_commit_timestamp")
     )
+
+
+def rows_as_of(spark: SparkSession, path: str, version: int, predicate: str) -> DataFrame:
+    """The table's rows where ``predicate`` holds, as version ``version`` left them."""
+    return spark.read.format("delta").option("versionAsOf", version).load(path).where(predicate)

@@ -4,8 +4,9 @@ An entry says everything about its kind: whether it needs a numeric column, the
 type of its silver and gold column, the extra silver columns that keep it
 mergeable (avg keeps its sum and count, approx_distinct an HLL sketch), the
 partial aggregate of a window's records, the rule that merges two partials of the
-same (window, key), the value of a new partial, the gold rollup over windows, and
-the reference model's plain-Python value. Nulls are ignored as in Spark's
+same (window, key), the value of a new partial, the state of any number of states
+(sessions merged into one; gold's rollup of windows), and the reference model's
+plain-Python value. Nulls are ignored as in Spark's
 aggregates: the sum, min, max or avg of nothing is null. Silver's windows write (new
 records) and the late-merge job (quarantined records) both use
 :func:`merged_measures`. A new aggregate is one entry in :data:`AGGREGATES`.
@@ -40,7 +41,8 @@ class Aggregate:
     partial: Callable[[Column, str], Mapping[str, Column]]
     merge: Callable[[Part, Part], Mapping[str, Column]]
     finish: Callable[[Part], Mapping[str, Column]]
-    rollup: Callable[[Part], Column]
+    # The state of any number of rows' states, as aggregate expressions.
+    combine: Callable[[Part], Mapping[str, Column]]
 
 
 def _either(target: Column, source: Column, combine: Column) -> Column:
@@ -88,7 +90,7 @@ AGGREGATES: dict[str, Aggregate] = {
         partial=lambda column, _: {"": F.count(column)},
         merge=lambda t, s: {"": t("") + s("")},
         finish=_value,
-        rollup=lambda part: F.sum(part("")),
+        combine=lambda part: {"": F.sum(part(""))},
     ),
     "sum": Aggregate(
         value_type=_sum_type,
@@ -96,7 +98,7 @@ AGGREGATES: dict[str, Aggregate] = {
         partial=lambda column, _: {"": F.sum(column)},
         merge=lambda t, s: {"": _either(t(""), s(""), t("") + s(""))},
         finish=_value,
-        rollup=lambda part: F.sum(part("")),
+        combine=lambda part: {"": F.sum(part(""))},
     ),
     "min": Aggregate(
         value_type=lambda value_type: value_type,
@@ -104,7 +106,7 @@ AGGREGATES: dict[str, Aggregate] = {
         partial=lambda column, _: {"": F.min(column)},
         merge=lambda t, s: {"": F.least(t(""), s(""))},
         finish=_value,
-        rollup=lambda part: F.min(part("")),
+        combine=lambda part: {"": F.min(part(""))},
     ),
     "max": Aggregate(
         value_type=lambda value_type: value_type,
@@ -112,7 +114,7 @@ AGGREGATES: dict[str, Aggregate] = {
         partial=lambda column, _: {"": F.max(column)},
         merge=lambda t, s: {"": F.greatest(t(""), s(""))},
         finish=_value,
-        rollup=lambda part: F.max(part("")),
+        combine=lambda part: {"": F.max(part(""))},
     ),
     "avg": Aggregate(
         value_type=lambda _: DoubleType(),
@@ -120,7 +122,7 @@ AGGREGATES: dict[str, Aggregate] = {
         partial=lambda column, _: {"_sum": F.sum(column.cast("double")), "_n": F.count(column)},
         merge=_merged_average,
         finish=lambda s: {"_sum": s("_sum"), "_n": s("_n"), "": _average(s)},
-        rollup=lambda part: F.sum(part("_sum")) / F.nullif(F.sum(part("_n")), F.lit(0)),
+        combine=lambda part: {"_sum": F.sum(part("_sum")), "_n": F.sum(part("_n"))},
     ),
     "approx_distinct": Aggregate(
         value_type=lambda _: LongType(),
@@ -128,7 +130,7 @@ AGGREGATES: dict[str, Aggregate] = {
         partial=lambda column, type_name: {"_sketch": F.hll_sketch_agg(_hll_input(column, type_name))},
         merge=_merged_sketch,
         finish=lambda s: {"_sketch": s("_sketch"), "": _estimate(s("_sketch"))},
-        rollup=lambda part: _estimate(F.hll_union_agg(part("_sketch"), True)),
+        combine=lambda part: {"_sketch": F.hll_union_agg(part("_sketch"), True)},
     ),
 }
 
@@ -176,9 +178,33 @@ def finished_measures(config: PipelineConfig, source: str = "s") -> dict[str, Co
     return finished
 
 
+def state_columns(config: PipelineConfig) -> list[str]:
+    """The silver columns a partial fills and :func:`combined_measures` reads: the
+    record count and each measure's state (its value, when that is its state)."""
+    columns = ["record_count"]
+    for _, name, kind in _measures(config):
+        columns += [name + suffix for suffix in kind.state] or [name]
+    return columns
+
+
+def combined_measures(config: PipelineConfig) -> dict[str, Column]:
+    """Silver column -> aggregate expression: the state and value of any number of rows'
+    states (sessions merged into one, with the partials of their new records)."""
+    combined = {"record_count": F.sum("record_count")}
+    for _, name, kind in _measures(config):
+        state = kind.combine(_side(None, name))
+        combined |= {
+            name + suffix: expression for suffix, expression in kind.finish(state.__getitem__).items()
+        }
+    return combined
+
+
 def measure_rollups(config: PipelineConfig) -> list[Column]:
     """Gold's measures over silver windows, merged from each window's state."""
-    return [kind.rollup(_side(None, name)).alias(name) for _, name, kind in _measures(config)]
+    return [
+        kind.finish(kind.combine(_side(None, name)).__getitem__)[""].alias(name)
+        for _, name, kind in _measures(config)
+    ]
 
 
 def measure_types(

@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.config import PipelineConfig, once_per_pipeline
+from spark_jobs.eventtime.windows import GAP_ABOVE_MAX, GAP_MISSING, GAP_NOT_POSITIVE, SessionSpec
 from spark_jobs.sql import compiled_from_json, quote_identifier, with_constants
 from spark_jobs.transforms.timestamps import (
     EPOCH_SCALE,
@@ -44,6 +45,9 @@ REASONS = (
     "timestamp_out_of_range",
     "future_timestamp",
     "wrong_type",
+    GAP_MISSING,
+    GAP_NOT_POSITIVE,
+    GAP_ABOVE_MAX,
     "missing_partition",
 )
 CORRUPT = "_corrupt_record"
@@ -329,6 +333,7 @@ class RecordParse:
             )
         if wrong_types:
             checks.append(("wrong_type", _any([c for c, _ in wrong_types]), _first(wrong_types)))
+        checks += _gap_checks(config, fields, is_data)
         if partition is not None and config.source.kind == "files":
             checks.append(("missing_partition", ~fields[partition].present, F.lit(f"{partition} is missing")))
 
@@ -361,6 +366,29 @@ class RecordParse:
                 _first([(condition, detail) for _, condition, detail in checks]).alias("detail"),
             ],
         )
+
+
+def _gap_checks(
+    config: PipelineConfig, fields: dict[str, Field], is_data: Column
+) -> list[tuple[str, Column, Column]]:
+    """A session pipeline's per-record gap (DESIGN §2c): a data record needs one in
+    ``(0, max_gap]``. A gap of the wrong type is a ``wrong_type`` first."""
+    window = config.window
+    if not isinstance(window, SessionSpec) or window.gap_column is None:
+        return []
+    field = fields[window.gap_column]
+    gap = field.value
+    # Its value, not its text: a record the typed read took carries no text.
+    shown = F.format_string(f"{window.gap_column}: %s", gap.cast("string"))
+    return [
+        (GAP_MISSING, is_data & ~field.present, F.lit(f"{window.gap_column} is missing")),
+        (GAP_NOT_POSITIVE, is_data & (gap <= 0), F.concat(shown, F.lit(" is not a positive gap"))),
+        (
+            GAP_ABOVE_MAX,
+            is_data & (gap > window.max_gap_ms),
+            F.concat(shown, F.lit(f" is above window.max_gap ({window.max_gap_ms} ms)")),
+        ),
+    ]
 
 
 record_parse = once_per_pipeline(RecordParse.of)

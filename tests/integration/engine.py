@@ -17,8 +17,11 @@ from spark_jobs.eventtime import (
     ModelResult,
     OfflineDetector,
     Record,
+    ReferenceSessions,
+    SessionSpec,
     run_reference,
 )
+from spark_jobs.eventtime.sessions import SessionModelResult
 from spark_jobs.jobs import bronze, gold, offline, silver
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.jobs.replay import replay
@@ -130,18 +133,27 @@ BATCH_INTERVAL_MS = 1_000
 
 def model_of(
     config: PipelineConfig, batches: Sequence[Sequence[dict]], flush: bool = False, column: str = "ts"
-) -> ModelResult:
-    """What the model makes of a replay. The replay's source is bounded and known up
-    front: it reports every partition of the input (and the declared ones) from the
-    first batch on, and a partition with records in a later batch has unread input
-    (backlog, whether silver learns it from bronze or from the source's lag).
+) -> ModelResult | SessionModelResult:
+    """What the model makes of a replay (:func:`model_batches`)."""
+    if isinstance(config.window, SessionSpec):
+        return ReferenceSessions(config.rules()).run(model_batches(config, batches, column), flush=flush)
+    return run_reference(config.rules(), model_batches(config, batches, column), flush=flush)
+
+
+def model_batches(
+    config: PipelineConfig, batches: Sequence[Sequence[dict]], column: str = "ts"
+) -> list[Batch]:
+    """A replay's batches as the model takes them. The replay's source is bounded and
+    known up front: it reports every partition of the input (and the declared ones)
+    from the first batch on, and a partition with records in a later batch has unread
+    input (backlog, whether silver learns it from bronze or from the source's lag).
     Batches are a second apart in processing time: the engine's are at least a
     millisecond apart, so an idleness of a millisecond decides alike in both."""
     marker = config.watermark.marker_column
     everywhere = frozenset(
         {*config.source.partitions, *(str(r["partition"]) for batch in batches for r in batch)}
     )
-    model_batches = [
+    return [
         Batch(
             [Record(str(r["partition"]), r[column], r, marker is not None and marker in r) for r in batch],
             processing_time=index * BATCH_INTERVAL_MS,
@@ -150,7 +162,6 @@ def model_of(
         )
         for index, batch in enumerate(batches)
     ]
-    return run_reference(config.rules(), model_batches, flush=flush)
 
 
 def read(spark, table) -> list:

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_jobs.config import RESERVED_COLUMNS, ConfigError, load_pipeline, parse_duration, parse_pipeline
+from spark_jobs.eventtime.windows import SessionSpec
 
 PIPELINES = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines"
 
@@ -98,7 +99,7 @@ BAD_CONFIGS = [
     ("watermark.max_out_of_orderness", "-5s", "watermark.max_out_of_orderness", "negative"),
     ("watermark.max_out_of_orderness", DELETE, "watermark.max_out_of_orderness", "required"),
     ("watermark.idleness", "0s", "watermark.idleness", "positive"),
-    ("window.type", "session", "window.type", "unknown value"),
+    ("window.type", "hopping", "window.type", "unknown value"),
     ("window.size", "-1m", "window.size", "negative"),
     ("window.slide", "30s", "window.slide", "only applies to sliding"),
     ("window.offset", "1m", "window.offset", "smaller than"),
@@ -147,6 +148,59 @@ def test_sliding_windows_refuse_a_gold_rollup_that_would_count_records_twice():
     document = mutate("window", {"type": "sliding", "size": "10m", "slide": "1m"})
     with pytest.raises(ConfigError) as error:
         parse_pipeline(document)
+    assert error.value.field == "gold"
+
+
+def test_a_session_window_takes_a_fixed_gap():
+    document = mutate("window", {"type": "session", "gap": "5m"})
+    del document["gold"]
+    assert parse_pipeline(document).window == SessionSpec.fixed(300_000)
+
+
+def test_a_session_window_takes_a_gap_column_bounded_by_max_gap():
+    document = mutate("window", {"type": "session", "gap_column": "ts", "max_gap": "1h"})
+    del document["gold"]
+    assert parse_pipeline(document).window == SessionSpec.dynamic("ts", 3_600_000)
+
+
+BAD_SESSION_WINDOWS = [
+    ({"gap": "5m", "size": "1m"}, "window.size", "unknown field"),
+    ({}, "window.gap", "either gap or gap_column"),
+    ({"gap": "5m", "gap_column": "ts", "max_gap": "1h"}, "window.gap", "either gap or gap_column"),
+    ({"gap": "0s"}, "window.gap", "positive"),
+    ({"gap": "5m", "max_gap": "1h"}, "window.max_gap", "only applies with a gap_column"),
+    ({"gap_column": "ts"}, "window.max_gap", "required"),
+    ({"gap_column": "ts", "max_gap": "0m"}, "window.max_gap", "positive"),
+    ({"gap_column": "nope", "max_gap": "1h"}, "window.gap_column", "not a column"),
+    ({"gap_column": "battery", "max_gap": "1h"}, "window.gap_column", "int or long"),
+    ({"gap": "5m", "max_duration": "1h"}, "window.max_duration", "not supported yet"),
+]
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "message"), BAD_SESSION_WINDOWS, ids=[f for _, f, _ in BAD_SESSION_WINDOWS]
+)
+def test_a_bad_session_window_names_the_field_and_the_problem(section, field, message):
+    document = mutate("window", {"type": "session", **section})
+    del document["gold"]
+    with pytest.raises(ConfigError) as error:
+        parse_pipeline(document)
+    assert error.value.field == field
+    assert message in str(error.value)
+
+
+def test_a_session_pipelines_payload_cannot_have_a_column_its_silver_uses():
+    document = mutate("window", {"type": "session", "gap": "5m"})
+    del document["gold"]
+    document["schema"]["Session_Id"] = "string"
+    with pytest.raises(ConfigError) as error:
+        parse_pipeline(document)
+    assert error.value.field == "schema.Session_Id"
+
+
+def test_a_session_pipeline_refuses_a_gold_rollup_for_now():
+    with pytest.raises(ConfigError) as error:
+        parse_pipeline(mutate("window", {"type": "session", "gap": "5m"}))
     assert error.value.field == "gold"
 
 

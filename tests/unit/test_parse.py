@@ -186,6 +186,33 @@ def test_each_bad_record_is_rejected_with_its_reason(spark, read, line, reason):
     assert reason_of(spark, line, read=read) == reason
 
 
+def session_config():
+    schema = {**config().schema, "gap": "long"}
+    return config(schema=schema, window={"type": "session", "gap_column": "gap", "max_gap": "30m"}, gold=None)
+
+
+@pytest.mark.parametrize(
+    ("gap", "reason"),
+    [
+        (60_000, None),
+        (1_800_000, None),
+        (..., "gap_missing"),
+        (None, "gap_missing"),
+        (0, "gap_not_positive"),
+        (-60_000, "gap_not_positive"),
+        (1_800_001, "gap_above_max"),
+        ("long", "wrong_type"),
+    ],
+)
+def test_a_session_records_gap_must_be_present_positive_and_at_most_max_gap(spark, read, gap, reason):
+    assert reason_of(spark, record(gap=gap), session_config(), read=read) == reason
+
+
+def test_a_gap_reject_names_the_gap_and_the_bound(spark):
+    [row] = parse(spark, [record(gap=1_800_001)], session_config())
+    assert row.detail == "gap: 1800001 is above window.max_gap (1800000 ms)"
+
+
 @pytest.mark.parametrize(
     "line",
     [

@@ -1,0 +1,401 @@
+"""The session store: ``silver.<p>_sessions`` (DESIGN §2c), partitioned by ``tier``. A
+micro-batch reads and rewrites the ``live`` tier only: the open and fired sessions and
+each key's tombstone (its closed session with the latest end). A closed session that a
+later one supersedes as the tombstone, and a merged one, move to ``history``, which no
+micro-batch reads (DESIGN §4b).
+
+Per micro-batch, each key's records and live sessions meet in one Python function that
+runs the reference model's own rules (:class:`~spark_jobs.eventtime.sessions.KeySessions`)
+on extents: for each bronze version of the batch in order, it judges the version's
+records against the watermark at its start, then settles at the watermark after it. It
+says where each record went and what became of each session; the measures are merged
+in Spark: a session's are its own state, its new records' partials, and those of the
+sessions it absorbed (:func:`~spark_jobs.transforms.aggregates.combined_measures`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from spark_jobs.config import PipelineConfig
+from spark_jobs.engine.clocks import VersionClock
+from spark_jobs.eventtime.model import FIRED, OPEN
+from spark_jobs.eventtime.sessions import MERGED, KeySessions, Merged, SessionState
+from spark_jobs.eventtime.windows import SessionSpec, Window
+from spark_jobs.lakehouse.reads import rows_as_of
+from spark_jobs.lakehouse.transaction import (
+    PartitionWriter,
+    Rewrite,
+    partition_writer,
+    retry_on_conflict,
+    rewrite_files,
+)
+from spark_jobs.sql import all_equal_sql
+from spark_jobs.tables import SPARK_TYPES, TableRegistry
+from spark_jobs.transforms.aggregates import combined_measures, partial_aggregates, state_columns
+from spark_jobs.transforms.windows import record_millis
+
+LIVE, HISTORY = "live", "history"
+# What the judging function says of one session or record (its ``kind``).
+SESSION, JOINED, LATE = "session", "joined", "late"
+
+
+def proto_end(spec: SessionSpec) -> F.Column:
+    """The end of a record's own session, ``ts + gap``."""
+    gap = F.lit(spec.gap_ms) if spec.gap_column is None else F.col(spec.gap_column)
+    return F.col("ts_ms") + gap.cast("long")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One bronze version of a micro-batch and the watermark before and after it."""
+
+    version: int
+    watermark_before: int
+    watermark_after: int
+
+
+def judged_schema(config: PipelineConfig) -> str:
+    keys = ", ".join(f"`{name}` {SPARK_TYPES[config.schema[name]].simpleString()}" for name in config.key)
+    return (
+        f"{keys}, kind string, session_id string, event_id string, version long, start_ms long,"
+        " end_ms long, watermark long, revision int, status string, merged_into string,"
+        " tier string, changed boolean, targets array<string>"
+    )
+
+
+class _KeyRun:
+    """One key's stored sessions (``tier`` and all) as :class:`KeySessions`, and what
+    records did to them, until it says so as rows (:meth:`rows`)."""
+
+    def __init__(self, key: tuple, stored: pd.DataFrame) -> None:
+        self.before = {
+            row.session_id: (
+                SessionState(
+                    row.session_id,
+                    Window(int(row.start_ms), int(row.end_ms)),
+                    int(row.revision),
+                    row.status,
+                    row.merged_into,
+                ),
+                row.tier,
+            )
+            for row in stored.itertuples()
+        }
+        self.sessions = KeySessions(key, (replace(state) for state, _ in self.before.values()))
+        self.survivor_of: dict[str, str] = {}
+        self.joined: list[tuple[str, int, str]] = []
+
+    def took(self, merged: Merged, event_ids: Sequence[str], version: int) -> None:
+        self.survivor_of |= merged.absorbed
+        self.joined += [(event_ids[index], version, session) for index, session in merged.joined.items()]
+
+    def targets(self, session_id: str) -> list[str]:
+        """The sessions whose measures take ``session_id``'s: itself and those it merged into."""
+        chain = [session_id]
+        while chain[-1] in self.survivor_of:
+            chain.append(self.survivor_of[chain[-1]])
+        return chain
+
+    def rows(self) -> Iterator[dict]:
+        """A row per record counted (the sessions it counts in) and per session (its
+        extent, lifecycle and tier)."""
+        for event_id, version, session_id in self.joined:
+            yield {
+                "kind": JOINED,
+                "event_id": event_id,
+                "version": version,
+                "targets": self.targets(session_id),
+            }
+        tombstone = self.sessions.tombstone()
+        for state in self.sessions.sessions.values():
+            tier = LIVE if state.status in (OPEN, FIRED) or state is tombstone else HISTORY
+            yield {
+                "kind": SESSION,
+                "session_id": state.session_id,
+                "start_ms": state.extent.start,
+                "end_ms": state.extent.end,
+                "revision": state.revision,
+                "status": state.status,
+                "merged_into": state.merged_into,
+                "tier": tier,
+                "changed": self.before.get(state.session_id) != (state, tier),
+                "targets": self.targets(state.session_id),
+            }
+
+
+def _protos(records: pd.DataFrame) -> list[Window]:
+    return [Window(int(ts), int(end)) for ts, end in zip(records.ts_ms, records.end_ms, strict=True)]
+
+
+def judge_key(
+    key: tuple, live: pd.DataFrame, records: pd.DataFrame, steps: Sequence[Step], lateness_ms: int
+) -> Iterator[dict]:
+    """A micro-batch for one key: its live sessions and its records, walked version by
+    version (judged against the watermark before it, settled at the one after). Beside
+    :meth:`_KeyRun.rows`, a row per record quarantined: its extent and the watermark
+    that judged it."""
+    run = _KeyRun(key, live)
+    by_version = dict(list(records.groupby("version"))) if len(records) else {}
+    for step in steps:
+        arrived = by_version.get(step.version)
+        if arrived is not None:
+            judged = run.sessions.judge(_protos(arrived), step.watermark_before, lateness_ms)
+            ids = list(arrived.event_id)
+            run.took(judged, ids, step.version)
+            for index, extent in judged.late:
+                yield {
+                    "kind": LATE,
+                    "event_id": ids[index],
+                    "version": step.version,
+                    "start_ms": extent.start,
+                    "end_ms": extent.end,
+                    "watermark": step.watermark_before,
+                }
+        run.sessions.settle(step.watermark_after, lateness_ms)
+    yield from run.rows()
+
+
+def fold_key(
+    key: tuple, stored: pd.DataFrame, records: pd.DataFrame, watermark: int, lateness_ms: int
+) -> Iterator[dict]:
+    """The late merge for one key: its quarantined records join its sessions, closed
+    ones too (:meth:`~spark_jobs.eventtime.sessions.ReferenceSessions.fold_late`), and
+    its sessions are settled at ``watermark``."""
+    run = _KeyRun(key, stored)
+    if len(records):
+        alive = [state for state in run.sessions.sessions.values() if state.status != MERGED]
+        run.took(run.sessions.merge(dict(enumerate(_protos(records))), alive), list(records.event_id), -1)
+    run.sessions.settle(watermark, lateness_ms)
+    yield from run.rows()
+
+
+KeyRule = Callable[[tuple, pd.DataFrame, pd.DataFrame], Iterator[dict]]
+
+
+def per_key(
+    stored_sessions: DataFrame, records: DataFrame, config: PipelineConfig, rule: KeyRule
+) -> DataFrame:
+    """``rule(key, its stored sessions, its records)`` (:func:`judge_key`,
+    :func:`fold_key`) over every key with sessions or records (``records``: data records
+    with ``event_id``, ``version``, ``ts_ms`` and ``end_ms``), as :func:`judged_schema` rows."""
+    key = list(config.key)
+    schema = judged_schema(config)
+    columns = [field.split(" ")[0].strip("`") for field in schema.split(", ")]
+
+    def apply(key_values: tuple, stored: pd.DataFrame, arrived: pd.DataFrame) -> pd.DataFrame:
+        # Plain Python values, as the reference model's keys are: a session's id spells its key.
+        values = tuple(value.item() if hasattr(value, "item") else value for value in key_values)
+        named = dict(zip(key, values, strict=True))
+        # Every value given (None where a row has none) and kept as an object: a column
+        # of integers with gaps would otherwise become floats, its gaps NaN.
+        rows = [[{**named, **row}.get(column) for column in columns] for row in rule(values, stored, arrived)]
+        return pd.DataFrame(rows, columns=columns, dtype=object)
+
+    stored = stored_sessions.select(
+        *key,
+        "session_id",
+        F.unix_millis("session_start").alias("start_ms"),
+        F.unix_millis("session_end").alias("end_ms"),
+        "revision",
+        "status",
+        "merged_into",
+        "tier",
+    )
+    arrived = records.select(*key, "event_id", "version", "ts_ms", "end_ms")
+    return stored.groupBy(*key).cogroup(arrived.groupBy(*key)).applyInPandas(apply, schema)
+
+
+def judged_sessions(
+    live_sessions: DataFrame, records: DataFrame, config: PipelineConfig, steps: Sequence[Step]
+) -> DataFrame:
+    """:func:`judge_key` over every key with live sessions or records."""
+    lateness = config.allowed_lateness_ms
+    return per_key(
+        live_sessions,
+        records,
+        config,
+        lambda key, live, arrived: judge_key(key, live, arrived, steps, lateness),
+    )
+
+
+def updated_sessions(
+    stored_sessions: DataFrame, judged: DataFrame, records: DataFrame, registry: TableRegistry, now: datetime
+) -> DataFrame:
+    """Every session a judgement (:func:`per_key`) speaks of, as silver rows: measures
+    combined from the states and new records that flow into each."""
+    config = registry.config
+    key = list(config.key)
+    measures = combined_measures(config)
+    states = state_columns(config)
+    flows = judged.where(F.col("kind") == SESSION).select("session_id", "targets")
+    old_states = stored_sessions.join(flows, "session_id").select(
+        *key, F.explode("targets").alias("target"), *states
+    )
+    counted = records.join(judged.where(F.col("kind") == JOINED).select("event_id", "targets"), "event_id")
+    new_states = (
+        counted.select("*", F.explode("targets").alias("target"))
+        .groupBy(*key, "target")
+        .agg(*partial_aggregates(config))
+    )
+    combined = (
+        old_states.unionByName(new_states.select(*key, "target", *states))
+        .groupBy(*key, "target")
+        .agg(*(expression.alias(name) for name, expression in measures.items()))
+    )
+    sessions = judged.where(F.col("kind") == SESSION).alias("j")
+    previous = stored_sessions.select("session_id", F.col("updated_at").alias("previous_update"))
+    return (
+        sessions.join(combined.drop(*key).alias("c"), F.col("j.session_id") == F.col("c.target"))
+        .join(previous, "session_id", "left")
+        .select(
+            *key,
+            "session_id",
+            F.timestamp_millis("start_ms").alias("session_start"),
+            F.timestamp_millis("end_ms").alias("session_end"),
+            *measures,
+            "revision",
+            "status",
+            "merged_into",
+            F.when(F.col("changed") | F.col("previous_update").isNull(), F.lit(now).cast("timestamp"))
+            .otherwise(F.col("previous_update"))
+            .alias("updated_at"),
+            "tier",
+        )
+        .select(*registry.silver.schema.fieldNames())
+    )
+
+
+def record_schema(registry: TableRegistry) -> StructType:
+    """What :func:`per_key` and :func:`updated_sessions` read of a record."""
+    numbers = [StructField(name, LongType()) for name in ("version", "ts_ms", "end_ms")]
+    return StructType([*registry.payload_fields(), StructField("event_id", StringType()), *numbers])
+
+
+def live_writer(registry: TableRegistry) -> PartitionWriter:
+    """This process's writer of the live sessions, and the files it knows."""
+    return partition_writer(registry.silver.path, "tier", frozenset({LIVE}))
+
+
+def steps_of(plan: Sequence[VersionClock]) -> list[Step]:
+    return [Step(clock.version, clock.watermark_before, clock.watermark_after) for clock in plan]
+
+
+def write_sessions(
+    spark: SparkSession,
+    registry: TableRegistry,
+    records: DataFrame,
+    plan: Sequence[VersionClock],
+    label: str,
+    now: datetime,
+) -> DataFrame:
+    """Replace the live sessions with what this micro-batch makes of them, in one
+    Delta commit labelled ``label``; returns the judgement it committed (persisted:
+    the caller unpersists it), whose ``late`` rows are the batch's quarantine."""
+    config = registry.config
+    judgements: list[DataFrame] = []
+
+    def rows_from(live: DataFrame) -> DataFrame:
+        judged = judged_sessions(live, records, config, steps_of(plan)).persist()
+        judgements.append(judged)
+        return updated_sessions(live, judged, records, registry, now)
+
+    retry_on_conflict(
+        lambda: live_writer(registry).overwrite(spark, rows_from, label), "silver sessions write"
+    )
+    for stale in judgements[:-1]:
+        stale.unpersist()
+    return judgements[-1]
+
+
+def fire_due_sessions(
+    spark: SparkSession, registry: TableRegistry, watermark: int, label: str, now: datetime
+) -> None:
+    """Fire and close the live sessions for a watermark step that brings no records
+    (end of input, idleness), in one commit labelled ``label``. Settling twice at one
+    watermark changes nothing, so a step repeated after a crash needs no transaction id."""
+    config = registry.config
+    no_records = spark.createDataFrame([], record_schema(registry))
+    steps = [Step(-1, watermark, watermark)]
+
+    def rows_from(live: DataFrame) -> DataFrame:
+        judged = judged_sessions(live, no_records, config, steps)
+        return updated_sessions(live, judged, no_records, registry, now)
+
+    retry_on_conflict(
+        lambda: live_writer(registry).overwrite(spark, rows_from, label), "silver sessions firing"
+    )
+
+
+def judgement_before(
+    spark: SparkSession,
+    registry: TableRegistry,
+    records: DataFrame,
+    plan: Sequence[VersionClock],
+    commit: int,
+) -> DataFrame:
+    """The judgement (persisted) of a micro-batch whose sessions committed as version
+    ``commit``: against the live sessions as the version before it left them, which are
+    those the commit read (a commit that changed them in between would have failed it)."""
+    live = rows_as_of(spark, registry.silver.path, commit - 1, live_writer(registry).predicate)
+    return judged_sessions(live, records, registry.config, steps_of(plan)).persist()
+
+
+def late_records(records: DataFrame, judged: DataFrame) -> DataFrame:
+    """The records the judgement quarantined, with the extent each would have had and
+    the watermark that judged it (as :func:`~spark_jobs.engine.judging.quarantine_rows` reads them)."""
+    late = judged.where(F.col("kind") == LATE).select(
+        "event_id",
+        F.col("start_ms").alias("window_start_ms"),
+        F.col("end_ms").alias("window_end_ms"),
+        "watermark",
+    )
+    return records.join(late, "event_id")
+
+
+def fold_late_sessions(
+    spark: SparkSession,
+    registry: TableRegistry,
+    late: DataFrame,
+    watermark: int,
+    txn: tuple[str, int],
+    label: str,
+    now: datetime,
+) -> Rewrite | None:
+    """The late merge's silver write: quarantined records (``late``, quarantine rows)
+    fold into their keys' sessions (:func:`fold_key`), rewriting the files that may hold
+    those keys' sessions, both tiers, in one commit labelled ``label`` under the
+    transaction id ``txn``; None when that id had committed already."""
+    config = registry.config
+    records = late.select(
+        *config.schema,
+        "event_id",
+        F.lit(-1).cast("long").alias("version"),
+        record_millis(config).alias("ts_ms"),
+    ).withColumn("end_ms", proto_end(config.window))
+    keys = [tuple(row) for row in records.select(*config.key).distinct().collect()]
+    if not keys:
+        return None
+    lateness = config.allowed_lateness_ms
+
+    def fold(key: tuple, stored: pd.DataFrame, arrived: pd.DataFrame) -> Iterator[dict]:
+        return fold_key(key, stored, arrived, watermark, lateness)
+
+    def rows_from(stored: DataFrame) -> DataFrame:
+        folded = per_key(stored, records, config, fold)
+        return updated_sessions(stored, folded, records, registry, now)
+
+    path = registry.silver.path
+    condition = " OR ".join(f"({all_equal_sql(config.key, key)})" for key in keys)
+    return retry_on_conflict(
+        lambda: rewrite_files(spark, path, condition, rows_from, label, txn),
+        "silver write of late records",
+        (spark, path),
+    )
