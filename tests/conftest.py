@@ -42,6 +42,7 @@ LONGEST_FIRST = (
     "test_late_merge.py",
     "test_airflow_e2e.py",
     "test_crash_points.py",
+    "test_session_engine.py",
     "test_live_demo.py",
     "test_sql_server.py",
     "test_silver_engine.py",

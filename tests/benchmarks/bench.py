@@ -105,11 +105,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from spark_jobs.config import PipelineConfig, load_pipeline
+from spark_jobs.config import PipelineConfig, load_pipeline, parse_pipeline
 from spark_jobs.engine import late_merge
 from spark_jobs.engine.clocks import forget_clocks
 from spark_jobs.engine.judging import LATE_REASON
@@ -181,6 +182,26 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+def landed(
+    spark: SparkSession,
+    config: PipelineConfig,
+    records: Sequence[Generated],
+    work: Path,
+    records_per_file: int,
+) -> tuple[TableRegistry, Callable[[str], JobContext]]:
+    """A fresh lakehouse under ``work`` with ``records`` landed and its tables created, and
+    each job's available-now context there."""
+    registry = TableRegistry(config, str(work / "lakehouse"))
+    write_landing(records, registry.landing_path, records_per_file)
+    create_missing(spark, registry)
+    checkpoints = join(registry.root, "_checkpoints")
+
+    def context(job: str) -> JobContext:
+        return JobContext(job, config, registry, "available-now", 1_000, join(checkpoints, job))
+
+    return registry, context
+
+
 def measure(
     spark: SparkSession,
     config: PipelineConfig,
@@ -189,13 +210,7 @@ def measure(
     records_per_file: int,
 ) -> dict[str, float]:
     """Seconds taken by each contender over ``records``, in a lakehouse under ``work``."""
-    registry = TableRegistry(config, str(work / "lakehouse"))
-    write_landing(records, registry.landing_path, records_per_file)
-    create_missing(spark, registry)
-    checkpoints = join(registry.root, "_checkpoints")
-
-    def context(job: str) -> JobContext:
-        return JobContext(job, config, registry, "available-now", 1_000, join(checkpoints, job))
+    registry, context = landed(spark, config, records, work, records_per_file)
 
     schema = ", ".join(f"{name} {kind}" for name, kind in config.schema.items())
 
@@ -299,6 +314,68 @@ def throughput_benchmark(
         "tune_10_seconds": round(seconds["tune_10"], 2),
         "tune_10_vs_silver": round(seconds["tune_10"] / seconds["silver"], 3),
     }
+
+
+# The sessions benchmark's gap, in the pipeline file's words and Spark's: the fleet's
+# devices send every 10 s and go offline for half an hour or more now and then.
+SESSION_GAP, SESSION_WINDOW_GAP = "1m", "1 minute"
+
+
+def sessions_benchmark(
+    events: int, records_per_file: int, spark: SparkSession, work: Path
+) -> dict[str, float]:
+    """Silver's session windows against Spark's ``session_window`` with a watermark,
+    both over one bronze of ``events`` generated events: each contender once, after a
+    warm-up run of both on a tenth of them."""
+    document = yaml.safe_load(PIPELINE.read_text())
+    config = parse_pipeline({**document, "window": {"type": "session", "gap": SESSION_GAP}, "gold": None})
+    spec = FleetSpec(devices=1_000, partitions=8, seed=7, duration_ms=events * 10, offline_ratio=0.01)
+    records = generate(spec)[:events]
+    sessions_run(spark, config, records[: len(records) // 10], records_per_file, work / "sessions-warm-up")
+    seconds = sessions_run(spark, config, records, records_per_file, work / "sessions")
+    return {
+        "sessions_events": len(records),
+        "sessions_silver_seconds": round(seconds["silver"], 2),
+        "sessions_native_seconds": round(seconds["native"], 2),
+        "sessions_vs_native": round(seconds["native"] / seconds["silver"], 3),
+        "sessions_events_per_s_per_core": round(len(records) / seconds["silver"] / (os.cpu_count() or 1)),
+    }
+
+
+def sessions_run(
+    spark: SparkSession,
+    config: PipelineConfig,
+    records: Sequence[Generated],
+    records_per_file: int,
+    work: Path,
+) -> dict[str, float]:
+    """Seconds silver and Spark's ``session_window`` take over one bronze of ``records``."""
+    registry, context = landed(spark, config, records, work, records_per_file)
+    checkpoints = join(registry.root, "_checkpoints")
+
+    bronze.run(spark, context("bronze"))
+
+    def native() -> None:
+        (
+            spark.readStream.format("delta")
+            .load(registry.bronze.path)
+            .withWatermark("event_time", "5 seconds")
+            .groupBy(F.session_window("event_time", SESSION_WINDOW_GAP), "region", "device_id")
+            .agg(
+                F.count(F.lit(1)).alias("record_count"),
+                F.avg("battery").alias("battery_avg"),
+                F.min("battery").alias("battery_min"),
+                F.max("speed").alias("speed_max"),
+            )
+            .writeStream.format("delta")
+            .outputMode("append")
+            .option("checkpointLocation", join(checkpoints, "native"))
+            .trigger(availableNow=True)
+            .start(join(registry.root, "native_sessions"))
+            .awaitTermination()
+        )
+
+    return {"silver": timed(lambda: silver.run(spark, context("silver"))), "native": timed(native)}
 
 
 def quotient(dividend: str, divisor: int) -> Column:
@@ -1093,6 +1170,7 @@ def main() -> None:
             "sustained",
             "log-history",
             "s3",
+            "sessions",
         ),
         help="run one benchmark (default: all)",
     )
@@ -1193,6 +1271,8 @@ def main() -> None:
             results |= log_history_benchmark(spark, work)
         if args.only in (None, "s3"):
             results |= s3_vs_local_benchmark(spark, args.s3_repeats, work)
+        if args.only in (None, "sessions"):
+            results |= sessions_benchmark(args.events, args.records_per_file, spark, work)
         # One benchmark alone keeps the other's figures from the last run.
         kept = json.loads(args.output.read_text()) if args.only and args.output.exists() else {}
         args.output.write_text(json.dumps(kept | results, indent=2) + "\n")

@@ -45,6 +45,10 @@ SERVER_SETTINGS = {
     "synchronous_commit": "off",
     "full_page_writes": "off",
     "max_connections": "200",
+    # As production should have it (docs/guides/deployment.md): a scheduler killed inside a
+    # transaction leaves it open while its forked LocalExecutor workers hold the socket,
+    # and its row locks kept the next scheduler from queueing any task.
+    "idle_in_transaction_session_timeout": "30s",
 }
 
 

@@ -1,7 +1,7 @@
 """The DAGs' integrity: imports, owners, retries, tags, Params. Their runs with real
-spark-submit are in test_airflow_e2e.py (REST-triggered under `airflow standalone`),
-test_production_rehearsal.py (on a Spark cluster, over S3) and test_spark_cluster.py
-(`dag.test()` on a Spark cluster)."""
+spark-submit are in test_production_rehearsal.py (REST-triggered under `airflow
+standalone`, on a Spark cluster, over S3), test_live_demo.py (from the page) and
+test_spark_cluster.py (`dag.test()` on a Spark cluster); the sensor's in test_airflow_e2e.py."""
 
 from __future__ import annotations
 

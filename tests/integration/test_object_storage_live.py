@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from spark_jobs.engine import late_merge
 from spark_jobs.generator import (
     FleetSpec,
     Manifest,
@@ -22,7 +23,7 @@ from spark_jobs.generator import (
     malformed_kinds,
     write_landing,
 )
-from spark_jobs.jobs import gold
+from spark_jobs.jobs import check_idle, gold
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.tables import join
 from tests.integration.conftest import (
@@ -112,10 +113,10 @@ def test_a_live_pipeline_on_object_storage_survives_a_kill_merges_beside_its_str
             interval=3,
         )
         # The input is quiet: once every partition has been for the idleness timeout,
-        # the check moves the watermark to the largest partition watermark.
+        # the check moves the watermark to the largest partition watermark. (In this
+        # process: its command line on the store is the rehearsal's.)
         time.sleep(IDLENESS_S + 1)
-        checked = run_here("check_idle", pipeline, lakehouse, streaming=False)
-        assert checked.returncode == 0, checked.stdout[-3000:]
+        assert check_idle.main(["--pipeline", str(pipeline), "--lakehouse", lakehouse]) == 0
         assert streams.poll() is None
         stop_gracefully(streams)
     # The largest partition watermark: the newest event time less the 5 s bound, less 1 ms.
@@ -124,7 +125,7 @@ def test_a_live_pipeline_on_object_storage_survives_a_kill_merges_beside_its_str
 
     # End of input, the last late records merged, gold caught up: a batch computation.
     end_the_input(spark, registry)
-    assert run_here("merge_late", pipeline, lakehouse, streaming=False).returncode == 0
+    late_merge.merge_late(spark, registry, late_merge.TimeRange())
     checkpoint = join(registry.root, "_checkpoints", registry.config.name, "gold")
     context = JobContext("gold", registry.config, registry, "available-now", 1_000, checkpoint)
     assert gold.run(spark, context) == 0
