@@ -38,7 +38,6 @@ LONGEST_FIRST = (
     "test_production_rehearsal.py",
     "test_merge_beside_live.py",
     "test_fault_injection.py",
-    "test_object_storage_live.py",
     "test_late_merge.py",
     "test_airflow_e2e.py",
     "test_crash_points.py",

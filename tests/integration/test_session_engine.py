@@ -36,7 +36,8 @@ from tests.unit.test_session_model import naive_sessions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-EXAMPLES = int(os.environ.get("TIDEMARK_ENGINE_EXAMPLES", "6"))
+# Each example replays, then merges: fewer than the windows' six, the explicit one beside them.
+EXAMPLES = int(os.environ.get("TIDEMARK_ENGINE_EXAMPLES", "4"))
 SESSION_3S = {"type": "session", "gap": "3s"}
 
 
