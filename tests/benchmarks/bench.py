@@ -329,7 +329,7 @@ def sessions_benchmark(
     warm-up run of both on a tenth of them."""
     document = yaml.safe_load(PIPELINE.read_text())
     config = parse_pipeline({**document, "window": {"type": "session", "gap": SESSION_GAP}, "gold": None})
-    spec = FleetSpec(devices=1_000, partitions=8, seed=7, duration_ms=events * 10, offline_ratio=0.01)
+    spec = FleetSpec(devices=1_000, partitions=8, seed=7, duration_ms=events * 40, offline_ratio=0.01)
     records = generate(spec)[:events]
     sessions_run(spark, config, records[: len(records) // 10], records_per_file, work / "sessions-warm-up")
     seconds = sessions_run(spark, config, records, records_per_file, work / "sessions")
