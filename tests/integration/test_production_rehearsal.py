@@ -384,7 +384,9 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
                 "GET", f"/api/v2/dags/tidemark_streaming/dagRuns/{streaming}/taskInstances"
             )
             tries = {ti["task_id"]: ti["try_number"] for ti in tasks["task_instances"]}
-            # Unpausing started a scheduled run ahead of the triggered one: it gave way.
+            # Unpausing created a scheduled run beside the triggered one. Whichever the
+            # scheduler started first, the scheduled one never ran its pass: it gave way
+            # (skipped) or is still queued behind the triggered one (no state yet).
             passes = scheduled_passes(airflow)
             applications, executors = applications_of(cluster, pipeline), cluster.executors_by_app()
         finally:
@@ -420,7 +422,7 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
     assert local == [] and not Path("s3a:").exists(), local
     root = lakehouse.removeprefix("s3a://")
     assert objects_under(s3_server, f"{root}/_checkpoints/{registry.config.name}")
-    assert passes and set(passes) == {"skipped"}, passes
+    assert passes and set(passes) <= {"skipped", None}, passes
     assert_bronze_reconciles(spark, registry, manifest, fleet)
     statuses = quarantine_by_status(spark, registry)
     assert set(statuses) == {"merged"} and statuses["merged"] > 0
