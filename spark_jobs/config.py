@@ -114,7 +114,7 @@ RESERVED_COLUMNS = frozenset(
 # The columns of a session pipeline's silver rows, and those its micro-batch adds
 # while judging; a session pipeline's payload must not have them.
 SESSION_COLUMNS = frozenset(
-    {"session_id", "session_start", "session_end", "merged_into", "tier"}
+    {"session_id", "session_start", "session_end", "merged_into", "tier", "session_count"}
     | {"start_ms", "end_ms", "targets", "target", "changed"}
 )
 # Columns every silver row has; a measure must not shadow them.
@@ -751,14 +751,13 @@ def _gold(value: Any, key: tuple[str, ...], window: WindowSpec | SessionSpec) ->
     section = _mapping(value, "gold")
     _reject_unknown(section, {"name", "grain", "group_by"}, "gold.")
     name = _table_name(_required(section, "name", "gold."), "gold.name", "it names the gold table")
-    if isinstance(window, SessionSpec):
-        raise ConfigError("gold", "a rollup of session windows is not supported yet")
-    if not window.is_tumbling:
+    if isinstance(window, WindowSpec) and not window.is_tumbling:
         raise ConfigError(
             "gold", "a rollup needs tumbling windows (sliding windows overlap and would count records twice)"
         )
     grain = parse_duration(_required(section, "grain", "gold."), "gold.grain", allow_zero=False)
-    if grain % window.size_ms or grain < window.size_ms:
+    # A session counts in the grain it starts in, so any grain will do.
+    if isinstance(window, WindowSpec) and (grain % window.size_ms or grain < window.size_ms):
         raise ConfigError("gold.grain", "must be a whole multiple of window.size")
     group_by = section.get("group_by", [])
     if not isinstance(group_by, list):

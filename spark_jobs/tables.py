@@ -36,6 +36,7 @@ from pyspark.sql.types import (
 from spark_jobs.config import PipelineConfig
 from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.transforms.aggregates import measure_types
+from spark_jobs.transforms.gold import count_column
 
 CHANGE_FEED = ("delta.enableChangeDataFeed", "true")
 # Every table's log checkpoint every 100 commits, not Delta's 10. The streams commit
@@ -365,7 +366,9 @@ class TableRegistry:
             _fields(("grain_start", ts, False), ("grain_end", ts, False))
             + self.key_fields(gold.group_by)
             + _fields(
-                ("record_count", long, False), ("window_count", long, False), ("key_count", long, False)
+                ("record_count", long, False),
+                (count_column(self.config), long, False),
+                ("key_count", long, False),
             )
             + measure_fields(self.config, with_state=False)
             + _fields(("updated_at", ts, False))

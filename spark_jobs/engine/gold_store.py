@@ -11,11 +11,13 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
+from spark_jobs.eventtime.windows import SessionSpec
+from spark_jobs.lakehouse.reads import changed_rows, replaced_rows
 from spark_jobs.lakehouse.table_files import Within, read_latest, rewrite_within
 from spark_jobs.lakehouse.transaction import retry_on_conflict
 from spark_jobs.sql import local_rows, null_safe_match
 from spark_jobs.tables import TableRegistry
-from spark_jobs.transforms.gold import grain_keys, rollup
+from spark_jobs.transforms.gold import grain_keys, rolled_up, rollup, silver_start
 
 
 def changed_keys(silver_rows: DataFrame, registry: TableRegistry) -> list[Row]:
@@ -23,6 +25,18 @@ def changed_keys(silver_rows: DataFrame, registry: TableRegistry) -> list[Row]:
     group_by = registry.config.gold.group_by
     keys = grain_keys(silver_rows, registry.config)
     return keys.select(F.unix_millis("grain_start").alias("grain_ms"), *group_by).collect()
+
+
+def feed_keys(changes: DataFrame, registry: TableRegistry) -> list[Row]:
+    """The gold keys (:func:`changed_keys`) of the rolled-up rows a batch of silver's
+    change feed added or changed. A session can also leave a grain (an earlier record
+    moves its start) or stop counting (merged, or reopened by a late record), so for
+    sessions the rows as they were before the change count as well; a window never does
+    either."""
+    touched = rolled_up(changed_rows(changes))
+    if isinstance(registry.config.window, SessionSpec):
+        touched = touched.unionByName(rolled_up(replaced_rows(changes)))
+    return changed_keys(touched, registry)
 
 
 def refresh_gold(
@@ -35,7 +49,7 @@ def refresh_gold(
     owner: str | None = None,
 ) -> int | None:
     """Recompute the gold rows of ``keys`` (from :func:`changed_keys`) from silver
-    and write them in place of theirs (as a MERGE would), in a commit labelled
+    and write them in place of theirs (a key with none left loses its row), in a commit labelled
     ``label``; returns how many keys were refreshed. Both sides are pruned to the
     keys' grains by their files' statistics, from this process's view of the tables'
     files (no Delta state rebuilt), so the cost follows the keys, not the tables or
@@ -55,7 +69,8 @@ def refresh_gold(
         wanted = local_rows(spark, list(keys), key_schema).select(
             F.timestamp_millis("grain_ms").alias("grain_start"), *gold.group_by
         )
-        in_silver, in_gold = Within("window_start", lowest, highest), Within("grain_start", lowest, highest)
+        in_silver = Within(silver_start(config), lowest, highest)
+        in_gold = Within("grain_start", lowest, highest)
         silver, _ = read_latest(spark, registry.silver.path, in_silver)
         fresh = (
             rollup(silver.where(in_silver.condition()), config)
@@ -64,8 +79,10 @@ def refresh_gold(
         )
 
         def refreshed(current: DataFrame) -> DataFrame:
-            # A key silver no longer rolls up into keeps its row, as a MERGE's unmatched target row would.
-            kept = current.alias("t").join(fresh.alias("s"), null_safe_match(columns), "left_anti")
+            # A key silver no longer rolls up into loses its row: its sessions merged away,
+            # moved to an earlier grain, or reopened.
+            replaced = F.broadcast(wanted).alias("s")
+            kept = current.alias("t").join(replaced, null_safe_match(columns), "left_anti")
             return kept.unionByName(fresh).coalesce(1)
 
         rewrite_within(spark, registry.gold.path, in_gold, refreshed, label, txn)

@@ -44,7 +44,7 @@ from spark_jobs.config import ConfigError
 from spark_jobs.engine import claims, detector
 from spark_jobs.engine.clocks import load_clock
 from spark_jobs.engine.gold_store import changed_keys, refresh_gold
-from spark_jobs.engine.session_store import fold_late_sessions
+from spark_jobs.engine.session_store import fold_late_sessions, gold_keys_of_sessions, late_keys
 from spark_jobs.engine.window_store import with_late_partials
 from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.faults import crash_point
@@ -102,6 +102,8 @@ class TimeRange:
 class MergeReport:
     records: int = 0
     windows: int = 0
+    # What ``windows`` counts: silver's windows, or the keys whose sessions were folded.
+    extents: str = "windows"
     new_windows: int = 0
     gold_keys: int = 0
     gold_handed_over: bool = False
@@ -285,9 +287,8 @@ def finish(
     claimed = quarantine(spark, registry).where(claims.claimed_by(run_id))
     txn = (f"merge-late:{registry.config.name}", version)
     if isinstance(registry.config.window, SessionSpec):
-        report = fold_sessions(spark, registry, claimed, txn, now, step_label(run_id, "silver"))
-        crash_point("merge_late:silver")
-        progress.done(f"{report.records} records folded into sessions")
+        report = fold_sessions(spark, registry, claimed, txn, now, run_id)
+        progress.done(f"{report.records} records folded into sessions, gold refreshed or handed over")
     else:
         report = merge_windows(spark, registry, claimed, txn, now, run_id, progress)
     claims.mark_merged(
@@ -304,15 +305,31 @@ def fold_sessions(
     claimed: DataFrame,
     txn: tuple[str, int],
     now: datetime,
-    label: str,
+    run_id: str,
 ) -> MergeReport:
-    """Fold the claimed records into their keys' sessions, settled at silver's watermark."""
+    """Fold the claimed records into their keys' sessions, settled at silver's
+    watermark, then refresh the gold keys those sessions counted in before and after."""
     watermark = load_clock(spark, registry).tracker.watermark
-    records = claimed.count()
-    written = fold_late_sessions(spark, registry, claimed, watermark, txn, label, now)
-    report = MergeReport(records)
+    keys = late_keys(claimed, registry.config)
+    report = MergeReport(claimed.count(), len(keys), extents="keys' sessions")
+    before = gold_keys_of_sessions(spark, registry, keys)
+    written = fold_late_sessions(
+        spark, registry, claimed, keys, watermark, txn, step_label(run_id, "silver"), now
+    )
     if written is not None:
         report.new_windows = written.rows_written - written.rows_replaced
+    crash_point("merge_late:silver")
+    # A rerun after a crash here finds the sessions folded already, and so the grains
+    # they count in now only: any they left are refreshed by the gold stream, which
+    # reads the fold's commit from silver's change feed.
+    gold_keys = {tuple(key): key for key in [*before, *gold_keys_of_sessions(spark, registry, keys)]}
+    report.gold_keys = len(gold_keys)
+    if gold_keys:
+        refreshed = refresh_gold(
+            spark, registry, list(gold_keys.values()), now, step_label(run_id, "gold"), owner="gold"
+        )
+        report.gold_handed_over = refreshed is None
+    crash_point("merge_late:gold")
     return report
 
 
@@ -471,11 +488,19 @@ def folded_in(
 def dry_run(spark: SparkSession, registry: TableRegistry, window: TimeRange) -> MergeReport:
     """Print what a merge would change; write nothing."""
     late = quarantine(spark, registry).where(F.col("status") == claims.PENDING).where(window.sql())
+    print(f"dry run: merge-late of pipeline {registry.config.name!r}, {window.describe()}")
+    if isinstance(registry.config.window, SessionSpec):
+        keys = late_keys(late, registry.config)
+        report = MergeReport(late.count(), len(keys), extents="keys' sessions")
+        report.gold_keys = len(gold_keys_of_sessions(spark, registry, keys))
+        print(f"  pending late records: {report.records}")
+        print(f"  keys whose sessions they extend, bridge or start: {report.windows}")
+        print(f"  gold keys to recompute (as the sessions stand): {report.gold_keys}")
+        return report
     plan = plan_merge(spark, registry, late)
     try:
         report = plan.report
         report.new_windows = new_windows(spark, registry, plan)
-        print(f"dry run: merge-late of pipeline {registry.config.name!r}, {window.describe()}")
         print(f"  pending late records: {report.records}")
         print(
             f"  silver windows: {report.windows} "
@@ -506,7 +531,7 @@ def summary(report: MergeReport) -> str:
     if report.tracks_handed_over:
         tracks += " (the offline stream folded in this run's)"
     return (
-        f"merged {report.records} late records into {report.windows} windows "
+        f"merged {report.records} late records into {report.windows} {report.extents} "
         f"({report.new_windows} new); {gold}; {tracks}"
     )
 

@@ -26,6 +26,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.config import PipelineConfig
 from spark_jobs.engine.clocks import VersionClock
+from spark_jobs.engine.gold_store import changed_keys
 from spark_jobs.eventtime.model import FIRED, OPEN
 from spark_jobs.eventtime.sessions import MERGED, KeySessions, Merged, SessionState
 from spark_jobs.eventtime.windows import SessionSpec, Window
@@ -40,6 +41,7 @@ from spark_jobs.lakehouse.transaction import (
 from spark_jobs.sql import all_equal_sql
 from spark_jobs.tables import SPARK_TYPES, TableRegistry
 from spark_jobs.transforms.aggregates import combined_measures, partial_aggregates, state_columns
+from spark_jobs.transforms.gold import rolled_up
 from spark_jobs.transforms.windows import record_millis
 
 LIVE, HISTORY = "live", "history"
@@ -360,29 +362,48 @@ def late_records(records: DataFrame, judged: DataFrame) -> DataFrame:
     return records.join(late, "event_id")
 
 
+def late_keys(late: DataFrame, config: PipelineConfig) -> list[tuple]:
+    """The keys of quarantined records (``late``), whose sessions a merge rewrites."""
+    return [tuple(row) for row in late.select(*config.key).distinct().collect()]
+
+
+def of_keys(config: PipelineConfig, keys: Sequence[tuple]) -> str:
+    """SQL: a row of one of ``keys``."""
+    return " OR ".join(f"({all_equal_sql(config.key, key)})" for key in keys)
+
+
+def gold_keys_of_sessions(spark: SparkSession, registry: TableRegistry, keys: Sequence[tuple]) -> list:
+    """The gold keys (:func:`~spark_jobs.engine.gold_store.changed_keys`) that the
+    fired and closed sessions of ``keys`` count in, both tiers."""
+    if registry.gold is None or not keys:
+        return []
+    sessions = spark.read.format("delta").load(registry.silver.path).where(of_keys(registry.config, keys))
+    return changed_keys(rolled_up(sessions), registry)
+
+
 def fold_late_sessions(
     spark: SparkSession,
     registry: TableRegistry,
     late: DataFrame,
+    keys: Sequence[tuple],
     watermark: int,
     txn: tuple[str, int],
     label: str,
     now: datetime,
 ) -> Rewrite | None:
-    """The late merge's silver write: quarantined records (``late``, quarantine rows)
-    fold into their keys' sessions (:func:`fold_key`), rewriting the files that may hold
-    those keys' sessions, both tiers, in one commit labelled ``label`` under the
+    """The late merge's silver write: quarantined records (``late``, quarantine rows, of
+    ``keys``) fold into their keys' sessions (:func:`fold_key`), rewriting the files that
+    may hold those keys' sessions, both tiers, in one commit labelled ``label`` under the
     transaction id ``txn``; None when that id had committed already."""
     config = registry.config
+    if not keys:
+        return None
     records = late.select(
         *config.schema,
         "event_id",
         F.lit(-1).cast("long").alias("version"),
         record_millis(config).alias("ts_ms"),
     ).withColumn("end_ms", proto_end(config.window))
-    keys = [tuple(row) for row in records.select(*config.key).distinct().collect()]
-    if not keys:
-        return None
     lateness = config.allowed_lateness_ms
 
     def fold(key: tuple, stored: pd.DataFrame, arrived: pd.DataFrame) -> Iterator[dict]:
@@ -393,9 +414,8 @@ def fold_late_sessions(
         return updated_sessions(stored, folded, records, registry, now)
 
     path = registry.silver.path
-    condition = " OR ".join(f"({all_equal_sql(config.key, key)})" for key in keys)
     return retry_on_conflict(
-        lambda: rewrite_files(spark, path, condition, rows_from, label, txn),
+        lambda: rewrite_files(spark, path, of_keys(config, keys), rows_from, label, txn),
         "silver write of late records",
         (spark, path),
     )

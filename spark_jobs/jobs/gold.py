@@ -2,10 +2,10 @@
 
 Reads silver's change feed and keeps the rows a commit changed (silver's
 overwrite rewrites the windows in play, changed or not). Per micro-batch, the keys
-whose fired or closed windows changed (a window fired, closed, or got a new
-revision) are recomputed from the silver table and MERGEd into gold, with
-(txnAppId = query id, txnVersion = batch id) so a replayed batch is a no-op. The
-late-merge job refreshes gold through the same store
+whose fired or closed windows or sessions changed (fired, closed, got a new
+revision; a session also merged or moved its start) are recomputed from the silver
+table and MERGEd into gold, with (txnAppId = query id, txnVersion = batch id) so a
+replayed batch is a no-op. The late-merge job refreshes gold through the same store
 (:mod:`spark_jobs.engine.gold_store`).
 """
 
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.engine.gold_store import changed_keys, refresh_gold
+from spark_jobs.engine.gold_store import feed_keys, refresh_gold
 from spark_jobs.faults import crash_point
 from spark_jobs.jobs.common import (
     BatchWriter,
@@ -28,21 +28,20 @@ from spark_jobs.jobs.common import (
     stream_session,
     writer_stream,
 )
-from spark_jobs.lakehouse.reads import change_feed, changed_rows
+from spark_jobs.lakehouse.reads import change_feed
 from spark_jobs.tables import TableRegistry
-from spark_jobs.transforms.gold import rolled_up
 
 
 def read_silver_changes(spark: SparkSession, registry: TableRegistry) -> DataFrame:
     """Silver's change feed, every change type: a micro-batch keeps the rows that
-    changed (:func:`changed_rows`)."""
+    changed (:func:`~spark_jobs.engine.gold_store.feed_keys`)."""
     return change_feed(spark.readStream, registry.silver.path)
 
 
 class GoldBatchWriter(BatchWriter):
     def write_batch(self, batch: DataFrame, batch_id: int) -> None:
         registry = self.context.registry
-        keys = changed_keys(rolled_up(changed_rows(batch)), registry)
+        keys = feed_keys(batch, registry)
         refreshed = refresh_gold(
             self.spark,
             registry,

@@ -29,11 +29,21 @@ def changed_rows(changes: DataFrame) -> DataFrame:
     """A change feed's rows as each commit left them, less those it rewrote
     unchanged: an overwrite removes and re-adds every row of the files it replaces,
     so a row it did not change appears deleted and inserted alike in that commit."""
-    after = changes.where(F.col("_change_type").isin(*AFTER_CHANGE))
-    before = changes.where(F.col("_change_type").isin(*BEFORE_CHANGE))
+    return _one_side_only(changes, AFTER_CHANGE, BEFORE_CHANGE)
+
+
+def replaced_rows(changes: DataFrame) -> DataFrame:
+    """A change feed's rows as they were before a commit changed or removed them,
+    less those it rewrote unchanged (:func:`changed_rows`' other side)."""
+    return _one_side_only(changes, BEFORE_CHANGE, AFTER_CHANGE)
+
+
+def _one_side_only(changes: DataFrame, side: tuple[str, ...], other: tuple[str, ...]) -> DataFrame:
+    kept = changes.where(F.col("_change_type").isin(*side))
+    dropped = changes.where(F.col("_change_type").isin(*other))
     return (
-        after.drop("_change_type")
-        .exceptAll(before.drop("_change_type"))
+        kept.drop("_change_type")
+        .exceptAll(dropped.drop("_change_type"))
         .drop("_commit_version", "_commit_timestamp")
     )
 

@@ -1,5 +1,6 @@
-"""Gold: the configured rollup of fired and closed silver windows to a coarser
-grain and a subset of the key (DESIGN §3), as DataFrame -> DataFrame steps.
+"""Gold: the configured rollup of fired and closed silver windows (or sessions) to a
+coarser grain and a subset of the key (DESIGN §3), as DataFrame -> DataFrame steps.
+A session counts in the grain it starts in.
 
 Gold rows are recomputed whole from silver for the (grain, group) keys that
 changed, never patched: a recomputation is idempotent, so a replayed batch, a
@@ -14,6 +15,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.config import GoldConfig, PipelineConfig
 from spark_jobs.eventtime.model import CLOSED, FIRED
+from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.transforms.aggregates import measure_rollups
 
 ROLLED_UP_STATUSES = (FIRED, CLOSED)
@@ -25,11 +27,23 @@ def _gold(config: PipelineConfig) -> GoldConfig:
     return config.gold
 
 
+def silver_start(config: PipelineConfig) -> str:
+    """The silver column whose grain a row counts in: its window's or its session's start."""
+    return "session_start" if isinstance(config.window, SessionSpec) else "window_start"
+
+
+def count_column(config: PipelineConfig) -> str:
+    """The gold column that counts the silver rows of a grain."""
+    return "session_count" if isinstance(config.window, SessionSpec) else "window_count"
+
+
 def grain_start(config: PipelineConfig) -> Column:
-    """The grain a silver window falls in, aligned like the windows (same offset)."""
+    """The grain a silver row falls in: aligned like the windows (same offset), or for
+    sessions, which have no alignment of their own, to the epoch."""
     grain = _gold(config).grain_ms
-    start_ms = F.unix_millis(F.col("window_start"))
-    aligned = start_ms - F.pmod(start_ms - F.lit(config.window.offset_ms), F.lit(grain))
+    offset = 0 if isinstance(config.window, SessionSpec) else config.window.offset_ms
+    start_ms = F.unix_millis(F.col(silver_start(config)))
+    aligned = start_ms - F.pmod(start_ms - F.lit(offset), F.lit(grain))
     return F.timestamp_millis(aligned)
 
 
@@ -39,13 +53,14 @@ def grain_keys(silver_rows: DataFrame, config: PipelineConfig) -> DataFrame:
 
 
 def rolled_up(silver: DataFrame) -> DataFrame:
-    """The silver windows gold counts: fired or closed (an open window may grow)."""
+    """The silver rows gold counts: fired or closed (an open one may grow, a merged
+    session lives on in the one it merged into)."""
     return silver.where(F.col("status").isin(*ROLLED_UP_STATUSES))
 
 
 def rollup(silver: DataFrame, config: PipelineConfig) -> DataFrame:
-    """Fired and closed silver windows -> one gold row per (grain, group): records,
-    windows, distinct keys (e.g. active devices) and every measure, merged from
+    """Fired and closed silver windows or sessions -> one gold row per (grain, group):
+    records, windows or sessions, distinct keys (e.g. active devices) and every measure, merged from
     the windows' mergeable state (avg from sums and counts, distinct counts from
     the union of HLL sketches)."""
     gold = _gold(config)
@@ -54,7 +69,7 @@ def rollup(silver: DataFrame, config: PipelineConfig) -> DataFrame:
         rolled.groupBy("grain_start", *gold.group_by)
         .agg(
             F.sum("record_count").cast("long").alias("record_count"),
-            F.count(F.lit(1)).alias("window_count"),
+            F.count(F.lit(1)).alias(count_column(config)),
             F.count_distinct(*[F.col(column) for column in config.key]).alias("key_count"),
             *measure_rollups(config),
         )

@@ -24,7 +24,6 @@ from tests.integration.engine import (
     engine_quarantine,
     model_batches,
     model_history,
-    model_of,
     model_quarantine,
     payload,
     replay_batches,
@@ -139,20 +138,6 @@ def lakehouse(tmp_path_factory):
 
 def at(partition: int, seconds: float, device: str = "d1", battery: float = 1.0) -> dict:
     return payload(partition, BASE_MS + int(seconds * 1000), device, battery, 1.0)
-
-
-def test_an_allowed_late_record_bridging_two_fired_sessions_revises_one_and_merges_the_other(
-    spark, lakehouse
-):
-    config = engine_config(SESSION_3S, BOUND_0S, "30s")
-    batches = [[at(0, 0), at(0, 5)], [at(0, 20)], [at(0, 3)]]
-    registry = replay_batches(spark, config, lakehouse, batches)
-    result = model_of(config, batches)
-    assert_sessions_equal_model(spark, registry, batches, result)
-
-    first, second, _ = sorted(result.sessions.values(), key=lambda s: s.extent.start)
-    assert (first.status, second.status, second.merged_into) == ("fired", MERGED, first.session_id)
-    assert (first.revision, first.record_count, first.extent.end - first.extent.start) == (2, 3, 8_000)
 
 
 watermarks = st.sampled_from(

@@ -198,10 +198,14 @@ def test_a_session_pipelines_payload_cannot_have_a_column_its_silver_uses():
     assert error.value.field == "schema.Session_Id"
 
 
-def test_a_session_pipeline_refuses_a_gold_rollup_for_now():
+def test_a_session_pipelines_gold_grain_is_any_positive_duration():
+    document = mutate("window", {"type": "session", "gap": "5m"})
+    document["gold"]["grain"] = "7m"
+    assert parse_pipeline(document).gold.grain_ms == 420_000
+    document["gold"]["grain"] = "0s"
     with pytest.raises(ConfigError) as error:
-        parse_pipeline(mutate("window", {"type": "session", "gap": "5m"}))
-    assert error.value.field == "gold"
+        parse_pipeline(document)
+    assert error.value.field == "gold.grain"
 
 
 def test_kafka_source_needs_a_topic():

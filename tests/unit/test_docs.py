@@ -18,6 +18,7 @@ import yaml
 
 from spark_jobs.config import PipelineConfig, load_pipeline, parse_pipeline
 from spark_jobs.tables import TableRegistry, measure_fields, tuning_table
+from spark_jobs.transforms.gold import count_column
 from tests.tools import cli_reference
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,6 +233,7 @@ PLACEHOLDERS = {
     "<measure columns>": lambda r: [f.name for f in measure_fields(r.config, with_state=True)],
     "<measure results>": lambda r: [f.name for f in measure_fields(r.config, with_state=False)],
     "<group_by columns>": lambda r: list(r.config.gold.group_by),
+    "<window_count or session_count>": lambda r: [count_column(r.config)],
     "<offline key columns>": lambda r: list(r.config.offline.key),
 }
 
@@ -257,9 +259,9 @@ SILVER_KINDS = {"silver.<p>_windows", "silver.<p>_sessions"}
 
 
 def sessions_pipeline(path: Path) -> PipelineConfig:
-    """The pipeline of ``path`` with session windows (and so no gold rollup)."""
+    """The pipeline of ``path`` with session windows."""
     document = yaml.safe_load(path.read_text())
-    document.update(window={"type": "session", "gap": "5m"}, gold=None)
+    document.update(window={"type": "session", "gap": "5m"})
     return parse_pipeline(document)
 
 
