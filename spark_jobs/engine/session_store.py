@@ -11,6 +11,13 @@ records against the watermark at its start, then settles at the watermark after 
 says where each record went and what became of each session; the measures are merged
 in Spark: a session's are its own state, its new records' partials, and those of the
 sessions it absorbed (:func:`~spark_jobs.transforms.aggregates.combined_measures`).
+
+Records reach Python as runs (:func:`numbered`): a key's records of one version whose
+proto-sessions chain into one another. A run's records always fall in one group of
+touching extents, so they are judged alike and join one session, and the run goes as
+its span; only a run that touches the key's tombstone, whose records are judged one
+by one, goes as its records. Python so sees about a run per key and version, and its
+verdicts return to the records by (key, version, run or member) joins in Spark.
 """
 
 from __future__ import annotations
@@ -23,13 +30,14 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.window import Window as Frame
 
 from spark_jobs.config import PipelineConfig
 from spark_jobs.engine.clocks import VersionClock
 from spark_jobs.engine.gold_store import changed_keys
 from spark_jobs.eventtime.model import FIRED, OPEN
 from spark_jobs.eventtime.sessions import MERGED, KeySessions, Merged, SessionState
-from spark_jobs.eventtime.windows import SessionSpec, Window
+from spark_jobs.eventtime.windows import SessionSpec, Window, touches
 from spark_jobs.lakehouse.reads import rows_as_of
 from spark_jobs.lakehouse.transaction import (
     PartitionWriter,
@@ -67,8 +75,8 @@ class Step:
 def judged_schema(config: PipelineConfig) -> str:
     keys = ", ".join(f"`{name}` {SPARK_TYPES[config.schema[name]].simpleString()}" for name in config.key)
     return (
-        f"{keys}, kind string, session_id string, event_id string, version long, start_ms long,"
-        " end_ms long, watermark long, revision int, status string, merged_into string,"
+        f"{keys}, kind string, session_id string, version long, run long, member long, records long,"
+        " start_ms long, end_ms long, watermark long, revision int, status string, merged_into string,"
         " tier string, changed boolean, targets array<string>"
     )
 
@@ -93,11 +101,11 @@ class _KeyRun:
         }
         self.sessions = KeySessions(key, (replace(state) for state, _ in self.before.values()))
         self.survivor_of: dict[str, str] = {}
-        self.joined: list[tuple[str, int, str]] = []
+        self.joined: list[tuple[Arrival, int, str]] = []
 
-    def took(self, merged: Merged, event_ids: Sequence[str], version: int) -> None:
+    def took(self, merged: Merged, arrivals: Sequence[Arrival], version: int) -> None:
         self.survivor_of |= merged.absorbed
-        self.joined += [(event_ids[index], version, session) for index, session in merged.joined.items()]
+        self.joined += [(arrivals[index], version, session) for index, session in merged.joined.items()]
 
     def targets(self, session_id: str) -> list[str]:
         """The sessions whose measures take ``session_id``'s: itself and those it merged into."""
@@ -107,15 +115,10 @@ class _KeyRun:
         return chain
 
     def rows(self) -> Iterator[dict]:
-        """A row per record counted (the sessions it counts in) and per session (its
-        extent, lifecycle and tier)."""
-        for event_id, version, session_id in self.joined:
-            yield {
-                "kind": JOINED,
-                "event_id": event_id,
-                "version": version,
-                "targets": self.targets(session_id),
-            }
+        """A row per run or record counted (the sessions it counts in) and per session
+        (its extent, lifecycle and tier)."""
+        for arrival, version, session_id in self.joined:
+            yield {"kind": JOINED, **arrival.ids(), "version": version, "targets": self.targets(session_id)}
         tombstone = self.sessions.tombstone()
         for state in self.sessions.sessions.values():
             tier = LIVE if state.status in (OPEN, FIRED) or state is tombstone else HISTORY
@@ -133,29 +136,58 @@ class _KeyRun:
             }
 
 
-def _protos(records: pd.DataFrame) -> list[Window]:
-    return [Window(int(ts), int(end)) for ts, end in zip(records.ts_ms, records.end_ms, strict=True)]
+@dataclass(frozen=True)
+class Arrival:
+    """A run of records (``member`` -1: all of them), or one record of a run (its
+    ``member`` number), with its proto-session or span."""
+
+    run: int
+    member: int
+    records: int
+    extent: Window
+
+    def ids(self) -> dict:
+        return {"run": self.run, "member": self.member, "records": self.records}
+
+
+def arrivals_of(units: pd.DataFrame, tombstone: Window | None) -> list[Arrival]:
+    """A version's runs (:func:`run_units`) as arrivals: whole, or a record at a time
+    where a run touches the tombstone (its records are judged one by one)."""
+    found = []
+    for unit in units.itertuples():
+        span = Window(int(unit.start_ms), int(unit.end_ms))
+        if tombstone is None or not touches(span, tombstone):
+            found.append(Arrival(int(unit.run), -1, int(unit.records), span))
+            continue
+        ends = zip(unit.member_ts, unit.member_end, strict=True)
+        found += [
+            Arrival(int(unit.run), int(unit.first_member) + index, 1, Window(int(ts), int(end)))
+            for index, (ts, end) in enumerate(ends)
+        ]
+    return found
 
 
 def judge_key(
-    key: tuple, live: pd.DataFrame, records: pd.DataFrame, steps: Sequence[Step], lateness_ms: int
+    key: tuple, live: pd.DataFrame, units: pd.DataFrame, steps: Sequence[Step], lateness_ms: int
 ) -> Iterator[dict]:
-    """A micro-batch for one key: its live sessions and its records, walked version by
+    """A micro-batch for one key: its live sessions and its runs, walked version by
     version (judged against the watermark before it, settled at the one after). Beside
-    :meth:`_KeyRun.rows`, a row per record quarantined: its extent and the watermark
-    that judged it."""
+    :meth:`_KeyRun.rows`, a row per run or record quarantined: its extent (a whole
+    run's records each keep their own) and the watermark that judged it."""
     run = _KeyRun(key, live)
-    by_version = dict(list(records.groupby("version"))) if len(records) else {}
+    by_version = dict(list(units.groupby("version"))) if len(units) else {}
     for step in steps:
         arrived = by_version.get(step.version)
         if arrived is not None:
-            judged = run.sessions.judge(_protos(arrived), step.watermark_before, lateness_ms)
-            ids = list(arrived.event_id)
-            run.took(judged, ids, step.version)
+            tombstone = run.sessions.tombstone()
+            arrivals = arrivals_of(arrived, tombstone.extent if tombstone else None)
+            extents = [arrival.extent for arrival in arrivals]
+            judged = run.sessions.judge(extents, step.watermark_before, lateness_ms)
+            run.took(judged, arrivals, step.version)
             for index, extent in judged.late:
                 yield {
                     "kind": LATE,
-                    "event_id": ids[index],
+                    **arrivals[index].ids(),
                     "version": step.version,
                     "start_ms": extent.start,
                     "end_ms": extent.end,
@@ -166,15 +198,17 @@ def judge_key(
 
 
 def fold_key(
-    key: tuple, stored: pd.DataFrame, records: pd.DataFrame, watermark: int, lateness_ms: int
+    key: tuple, stored: pd.DataFrame, units: pd.DataFrame, watermark: int, lateness_ms: int
 ) -> Iterator[dict]:
-    """The late merge for one key: its quarantined records join its sessions, closed
-    ones too (:meth:`~spark_jobs.eventtime.sessions.ReferenceSessions.fold_late`), and
-    its sessions are settled at ``watermark``."""
+    """The late merge for one key: its quarantined records (as runs) join its sessions,
+    closed ones too (:meth:`~spark_jobs.eventtime.sessions.ReferenceSessions.fold_late`),
+    and its sessions are settled at ``watermark``."""
     run = _KeyRun(key, stored)
-    if len(records):
+    if len(units):
         alive = [state for state in run.sessions.sessions.values() if state.status != MERGED]
-        run.took(run.sessions.merge(dict(enumerate(_protos(records))), alive), list(records.event_id), -1)
+        arrivals = arrivals_of(units, None)
+        merged = run.sessions.merge(dict(enumerate(arrival.extent for arrival in arrivals)), alive)
+        run.took(merged, arrivals, -1)
     run.sessions.settle(watermark, lateness_ms)
     yield from run.rows()
 
@@ -185,9 +219,9 @@ KeyRule = Callable[[tuple, pd.DataFrame, pd.DataFrame], Iterator[dict]]
 def per_key(
     stored_sessions: DataFrame, records: DataFrame, config: PipelineConfig, rule: KeyRule
 ) -> DataFrame:
-    """``rule(key, its stored sessions, its records)`` (:func:`judge_key`,
-    :func:`fold_key`) over every key with sessions or records (``records``: data records
-    with ``event_id``, ``version``, ``ts_ms`` and ``end_ms``), as :func:`judged_schema` rows."""
+    """``rule(key, its stored sessions, its runs)`` (:func:`judge_key`, :func:`fold_key`)
+    over every key with sessions or records (``records``: :func:`numbered` data
+    records), as :func:`judged_schema` rows."""
     key = list(config.key)
     schema = judged_schema(config)
     columns = [field.split(" ")[0].strip("`") for field in schema.split(", ")]
@@ -211,8 +245,42 @@ def per_key(
         "merged_into",
         "tier",
     )
-    arrived = records.select(*key, "event_id", "version", "ts_ms", "end_ms")
-    return stored.groupBy(*key).cogroup(arrived.groupBy(*key)).applyInPandas(apply, schema)
+    return stored.groupBy(*key).cogroup(run_units(records, config).groupBy(*key)).applyInPandas(apply, schema)
+
+
+def numbered(records: DataFrame, config: PipelineConfig) -> DataFrame:
+    """Data records (``event_id``, ``version``, ``ts_ms``, ``end_ms``) with their
+    ``run`` and ``member`` numbers: per key and version, in order of time, a record
+    starts a new run where its time is beyond the ends of those before it (the naive
+    sessionization's rule), and ``member`` counts the records from 0."""
+    ordered = Frame.partitionBy(*config.key, "version").orderBy("ts_ms", "end_ms", "event_id")
+    reach = F.max("end_ms").over(ordered.rowsBetween(Frame.unboundedPreceding, -1))
+    starts = F.coalesce((F.col("ts_ms") > reach).cast("long"), F.lit(1))
+    return (
+        records.withColumn("starts_run", starts)
+        .withColumn("run", F.sum("starts_run").over(ordered.rowsBetween(Frame.unboundedPreceding, 0)) - 1)
+        .withColumn("member", F.row_number().over(ordered).cast("long") - 1)
+        .drop("starts_run")
+    )
+
+
+def run_units(records: DataFrame, config: PipelineConfig) -> DataFrame:
+    """A row per run of :func:`numbered` records: its span, size, first member, and
+    its records' proto-sessions in member order (read only where it is split)."""
+    members = F.sort_array(F.collect_list(F.struct("member", "ts_ms", "end_ms")))
+    return (
+        records.groupBy(*config.key, "version", "run")
+        .agg(
+            F.min("ts_ms").alias("start_ms"),
+            F.max("end_ms").alias("end_ms"),
+            F.count(F.lit(1)).alias("records"),
+            F.min("member").alias("first_member"),
+            members.alias("members"),
+        )
+        .withColumn("member_ts", F.transform("members", lambda member: member["ts_ms"]))
+        .withColumn("member_end", F.transform("members", lambda member: member["end_ms"]))
+        .drop("members")
+    )
 
 
 def judged_sessions(
@@ -241,14 +309,23 @@ def updated_sessions(
     old_states = stored_sessions.join(flows, "session_id").select(
         *key, F.explode("targets").alias("target"), *states
     )
-    counted = records.join(judged.where(F.col("kind") == JOINED).select("event_id", "targets"), "event_id")
-    new_states = (
-        counted.select("*", F.explode("targets").alias("target"))
-        .groupBy(*key, "target")
+    joined = judged.where(F.col("kind") == JOINED)
+    whole, split = verdicts(joined, config, "targets")
+    runs = (
+        records.groupBy(*key, "version", "run")
+        .agg(*partial_aggregates(config))
+        .join(whole, [*key, "version", "run"])
+    )
+    members = (
+        records.join(split, [*key, "version", "member"])
+        .groupBy(*key, "version", "member", "targets")
         .agg(*partial_aggregates(config))
     )
+    new_states = runs.unionByName(members.drop("member"), allowMissingColumns=True).select(
+        *key, F.explode("targets").alias("target"), *states
+    )
     combined = (
-        old_states.unionByName(new_states.select(*key, "target", *states))
+        old_states.unionByName(new_states)
         .groupBy(*key, "target")
         .agg(*(expression.alias(name) for name, expression in measures.items()))
     )
@@ -275,8 +352,17 @@ def updated_sessions(
     )
 
 
+def verdicts(judged: DataFrame, config: PipelineConfig, *columns: str) -> tuple[DataFrame, DataFrame]:
+    """Judged runs and records (``columns`` of their rows), apart: those of whole runs
+    (by key, version and run) and those of single records (by key, version and member)."""
+    key = list(config.key)
+    whole = judged.where(F.col("member") < 0).select(*key, "version", "run", *columns)
+    split = judged.where(F.col("member") >= 0).select(*key, "version", "member", *columns)
+    return whole, split
+
+
 def record_schema(registry: TableRegistry) -> StructType:
-    """What :func:`per_key` and :func:`updated_sessions` read of a record."""
+    """What :func:`numbered` reads of a record."""
     numbers = [StructField(name, LongType()) for name in ("version", "ts_ms", "end_ms")]
     return StructType([*registry.payload_fields(), StructField("event_id", StringType()), *numbers])
 
@@ -300,7 +386,8 @@ def write_sessions(
 ) -> DataFrame:
     """Replace the live sessions with what this micro-batch makes of them, in one
     Delta commit labelled ``label``; returns the judgement it committed (persisted:
-    the caller unpersists it), whose ``late`` rows are the batch's quarantine."""
+    the caller unpersists it), whose ``late`` rows are the batch's quarantine.
+    ``records``: :func:`numbered` data records."""
     config = registry.config
     judgements: list[DataFrame] = []
 
@@ -324,7 +411,7 @@ def fire_due_sessions(
     (end of input, idleness), in one commit labelled ``label``. Settling twice at one
     watermark changes nothing, so a step repeated after a crash needs no transaction id."""
     config = registry.config
-    no_records = spark.createDataFrame([], record_schema(registry))
+    no_records = numbered(spark.createDataFrame([], record_schema(registry)), config)
     steps = [Step(-1, watermark, watermark)]
 
     def rows_from(live: DataFrame) -> DataFrame:
@@ -350,16 +437,19 @@ def judgement_before(
     return judged_sessions(live, records, registry.config, steps_of(plan)).persist()
 
 
-def late_records(records: DataFrame, judged: DataFrame) -> DataFrame:
-    """The records the judgement quarantined, with the extent each would have had and
-    the watermark that judged it (as :func:`~spark_jobs.engine.judging.quarantine_rows` reads them)."""
-    late = judged.where(F.col("kind") == LATE).select(
-        "event_id",
-        F.col("start_ms").alias("window_start_ms"),
-        F.col("end_ms").alias("window_end_ms"),
-        "watermark",
+def late_records(records: DataFrame, judged: DataFrame, config: PipelineConfig) -> DataFrame:
+    """The (:func:`numbered`) records the judgement quarantined, with the extent each
+    would have had (a whole run's records their own) and the watermark that judged it
+    (as :func:`~spark_jobs.engine.judging.quarantine_rows` reads them)."""
+    key = list(config.key)
+    extent = (F.col("start_ms").alias("window_start_ms"), F.col("end_ms").alias("window_end_ms"))
+    whole, split = verdicts(judged.where(F.col("kind") == LATE), config, "watermark", *extent)
+    of_runs = (
+        records.join(whole.drop("window_start_ms", "window_end_ms"), [*key, "version", "run"])
+        .withColumn("window_start_ms", F.col("ts_ms"))
+        .withColumn("window_end_ms", F.col("end_ms"))
     )
-    return records.join(late, "event_id")
+    return of_runs.unionByName(records.join(split, [*key, "version", "member"]))
 
 
 def late_keys(late: DataFrame, config: PipelineConfig) -> list[tuple]:
@@ -398,12 +488,15 @@ def fold_late_sessions(
     config = registry.config
     if not keys:
         return None
-    records = late.select(
-        *config.schema,
-        "event_id",
-        F.lit(-1).cast("long").alias("version"),
-        record_millis(config).alias("ts_ms"),
-    ).withColumn("end_ms", proto_end(config.window))
+    records = numbered(
+        late.select(
+            *config.schema,
+            "event_id",
+            F.lit(-1).cast("long").alias("version"),
+            record_millis(config).alias("ts_ms"),
+        ).withColumn("end_ms", proto_end(config.window)),
+        config,
+    )
     lateness = config.allowed_lateness_ms
 
     def fold(key: tuple, stored: pd.DataFrame, arrived: pd.DataFrame) -> Iterator[dict]:

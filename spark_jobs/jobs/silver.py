@@ -66,6 +66,7 @@ from spark_jobs.engine.session_store import (
     LATE,
     judgement_before,
     late_records,
+    numbered,
     proto_end,
     write_sessions,
 )
@@ -245,7 +246,10 @@ class SilverBatchWriter(BatchWriter):
         """Judge the records key by key against the live sessions, write the sessions and
         the quarantine; per version, its (on-time, late) records."""
         spark, registry = self.spark, self.context.registry
-        data = records.where(~F.col("is_marker")).withColumn("end_ms", proto_end(registry.config.window))
+        config = registry.config
+        data = numbered(
+            records.where(~F.col("is_marker")).withColumn("end_ms", proto_end(config.window)), config
+        )
         landed = self.landed_commit(registry.silver, batch_id)
         if landed is None:
             judged = write_sessions(spark, registry, data, plan, self.label(batch_id), now)
@@ -256,16 +260,16 @@ class SilverBatchWriter(BatchWriter):
             judged = judgement_before(spark, registry, data, plan, landed)
         try:
             counts = {
-                (row.version, row.kind == LATE): row["count"]
+                (row.version, row.kind == LATE): row.records
                 for row in judged.where(F.col("kind").isin(JOINED, LATE))
                 .groupBy("version", "kind")
-                .count()
+                .agg(F.sum("records").alias("records"))
                 .collect()
             }
             if any(is_late and n for (_, is_late), n in counts.items()):
                 # After the sessions, as for windows.
                 self.append_once(
-                    quarantine_rows(late_records(data, judged), registry, now, SESSION_CLOSED),
+                    quarantine_rows(late_records(data, judged, config), registry, now, SESSION_CLOSED),
                     registry.quarantine,
                     batch_id,
                 )
