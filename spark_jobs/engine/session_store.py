@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import NamedTuple
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
@@ -46,6 +47,7 @@ from spark_jobs.lakehouse.transaction import (
     retry_on_conflict,
     rewrite_files,
 )
+from spark_jobs.session import SHUFFLE_PARTITIONS
 from spark_jobs.sql import all_equal_sql
 from spark_jobs.tables import SPARK_TYPES, TableRegistry
 from spark_jobs.transforms.aggregates import combined_measures, partial_aggregates, state_columns
@@ -85,19 +87,10 @@ class _KeyRun:
     """One key's stored sessions (``tier`` and all) as :class:`KeySessions`, and what
     records did to them, until it says so as rows (:meth:`rows`)."""
 
-    def __init__(self, key: tuple, stored: pd.DataFrame) -> None:
+    def __init__(self, key: tuple, stored: Sequence[tuple]) -> None:
         self.before = {
-            row.session_id: (
-                SessionState(
-                    row.session_id,
-                    Window(int(row.start_ms), int(row.end_ms)),
-                    int(row.revision),
-                    row.status,
-                    row.merged_into,
-                ),
-                row.tier,
-            )
-            for row in stored.itertuples()
+            sid: (SessionState(sid, Window(int(start), int(end)), int(revision), status, merged), tier)
+            for sid, start, end, revision, status, merged, tier in stored
         }
         self.sessions = KeySessions(key, (replace(state) for state, _ in self.before.values()))
         self.survivor_of: dict[str, str] = {}
@@ -150,32 +143,53 @@ class Arrival:
         return {"run": self.run, "member": self.member, "records": self.records}
 
 
-def arrivals_of(units: pd.DataFrame, tombstone: Window | None) -> list[Arrival]:
-    """A version's runs (:func:`run_units`) as arrivals: whole, or a record at a time
-    where a run touches the tombstone (its records are judged one by one)."""
+class Unit(NamedTuple):
+    """A run of :func:`run_units`, as plain Python values."""
+
+    version: int
+    run: int
+    start_ms: int
+    end_ms: int
+    records: int
+    first_member: int
+    member_ts: Sequence[int]
+    member_end: Sequence[int]
+
+
+def units_by_version(units: Sequence[Unit]) -> dict[int, list[Unit]]:
+    """A key's runs per version."""
+    found: dict[int, list[Unit]] = {}
+    for unit in units:
+        found.setdefault(unit.version, []).append(unit)
+    return found
+
+
+def arrivals_of(units: Sequence[Unit], tombstone: Window | None) -> list[Arrival]:
+    """Runs as arrivals: whole, or a record at a time where a run touches the
+    tombstone (its records are judged one by one)."""
     found = []
-    for unit in units.itertuples():
-        span = Window(int(unit.start_ms), int(unit.end_ms))
+    for unit in units:
+        span = Window(unit.start_ms, unit.end_ms)
         if tombstone is None or not touches(span, tombstone):
-            found.append(Arrival(int(unit.run), -1, int(unit.records), span))
+            found.append(Arrival(unit.run, -1, unit.records, span))
             continue
         ends = zip(unit.member_ts, unit.member_end, strict=True)
         found += [
-            Arrival(int(unit.run), int(unit.first_member) + index, 1, Window(int(ts), int(end)))
+            Arrival(unit.run, unit.first_member + index, 1, Window(int(ts), int(end)))
             for index, (ts, end) in enumerate(ends)
         ]
     return found
 
 
 def judge_key(
-    key: tuple, live: pd.DataFrame, units: pd.DataFrame, steps: Sequence[Step], lateness_ms: int
+    key: tuple, live: Sequence[tuple], units: Sequence[Unit], steps: Sequence[Step], lateness_ms: int
 ) -> Iterator[dict]:
     """A micro-batch for one key: its live sessions and its runs, walked version by
     version (judged against the watermark before it, settled at the one after). Beside
     :meth:`_KeyRun.rows`, a row per run or record quarantined: its extent (a whole
     run's records each keep their own) and the watermark that judged it."""
     run = _KeyRun(key, live)
-    by_version = dict(list(units.groupby("version"))) if len(units) else {}
+    by_version = units_by_version(units)
     for step in steps:
         arrived = by_version.get(step.version)
         if arrived is not None:
@@ -198,13 +212,13 @@ def judge_key(
 
 
 def fold_key(
-    key: tuple, stored: pd.DataFrame, units: pd.DataFrame, watermark: int, lateness_ms: int
+    key: tuple, stored: Sequence[tuple], units: Sequence[Unit], watermark: int, lateness_ms: int
 ) -> Iterator[dict]:
     """The late merge for one key: its quarantined records (as runs) join its sessions,
     closed ones too (:meth:`~spark_jobs.eventtime.sessions.ReferenceSessions.fold_late`),
     and its sessions are settled at ``watermark``."""
     run = _KeyRun(key, stored)
-    if len(units):
+    if units:
         alive = [state for state in run.sessions.sessions.values() if state.status != MERGED]
         arrivals = arrivals_of(units, None)
         merged = run.sessions.merge(dict(enumerate(arrival.extent for arrival in arrivals)), alive)
@@ -213,7 +227,20 @@ def fold_key(
     yield from run.rows()
 
 
-KeyRule = Callable[[tuple, pd.DataFrame, pd.DataFrame], Iterator[dict]]
+KeyRule = Callable[[tuple, Sequence[tuple], Sequence[Unit]], Iterator[dict]]
+# A stored session as a rule reads it (:class:`_KeyRun`).
+STORED = ("session_id", "start_ms", "end_ms", "revision", "status", "merged_into", "tier")
+
+
+def rows_by_key(frame: pd.DataFrame, key: Sequence[str], fields: Sequence[str]) -> dict[tuple, list[tuple]]:
+    """``frame``'s ``fields`` per key, as plain Python values, read a column at a time:
+    pandas' row access costs far more than the rules themselves."""
+    keys = zip(*(frame[name].tolist() for name in key), strict=True)
+    rows = zip(*(frame[name].tolist() for name in fields), strict=True)
+    found: dict[tuple, list[tuple]] = {}
+    for values, row in zip(keys, rows, strict=True):
+        found.setdefault(values, []).append(row)
+    return found
 
 
 def per_key(
@@ -221,20 +248,27 @@ def per_key(
 ) -> DataFrame:
     """``rule(key, its stored sessions, its runs)`` (:func:`judge_key`, :func:`fold_key`)
     over every key with sessions or records (``records``: :func:`numbered` data
-    records), as :func:`judged_schema` rows."""
+    records), as :func:`judged_schema` rows. The keys go to Python a shuffle partition's
+    worth at a time, not a key at a time: each call costs PySpark milliseconds of its own."""
     key = list(config.key)
     schema = judged_schema(config)
     columns = [field.split(" ")[0].strip("`") for field in schema.split(", ")]
 
-    def apply(key_values: tuple, stored: pd.DataFrame, arrived: pd.DataFrame) -> pd.DataFrame:
-        # Plain Python values, as the reference model's keys are: a session's id spells its key.
-        values = tuple(value.item() if hasattr(value, "item") else value for value in key_values)
-        named = dict(zip(key, values, strict=True))
-        # Every value given (None where a row has none) and kept as an object: a column
-        # of integers with gaps would otherwise become floats, its gaps NaN.
-        rows = [[{**named, **row}.get(column) for column in columns] for row in rule(values, stored, arrived)]
+    def apply(_: tuple, stored: pd.DataFrame, arrived: pd.DataFrame) -> pd.DataFrame:
+        sessions, units = rows_by_key(stored, key, STORED), rows_by_key(arrived, key, Unit._fields)
+        rows = []
+        # Plain Python key values, as the reference model's keys are: a session's id spells its key.
+        for values in sessions.keys() | units.keys():
+            named = dict(zip(key, values, strict=True))
+            runs = [Unit._make(unit) for unit in units.get(values, [])]
+            found = rule(values, sessions.get(values, []), runs)
+            # Every value given (None where a row has none) and kept as an object: a
+            # column of integers with gaps would otherwise become floats, its gaps NaN.
+            rows += [[{**named, **row}.get(column) for column in columns] for row in found]
         return pd.DataFrame(rows, columns=columns, dtype=object)
 
+    spark = stored_sessions.sparkSession
+    bucket = F.pmod(F.hash(*key), F.lit(int(spark.conf.get(SHUFFLE_PARTITIONS))))
     stored = stored_sessions.select(
         *key,
         "session_id",
@@ -244,8 +278,9 @@ def per_key(
         "status",
         "merged_into",
         "tier",
-    )
-    return stored.groupBy(*key).cogroup(run_units(records, config).groupBy(*key)).applyInPandas(apply, schema)
+    ).withColumn("bucket", bucket)
+    units = run_units(records, config).withColumn("bucket", bucket)
+    return stored.groupBy("bucket").cogroup(units.groupBy("bucket")).applyInPandas(apply, schema)
 
 
 def numbered(records: DataFrame, config: PipelineConfig) -> DataFrame:
