@@ -36,7 +36,7 @@ from tests.unit.test_session_model import naive_sessions
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # Each example replays, then merges: fewer than the windows' six, the explicit one beside them.
-EXAMPLES = int(os.environ.get("TIDEMARK_ENGINE_EXAMPLES", "4"))
+EXAMPLES = int(os.environ.get("TIDEMARK_ENGINE_EXAMPLES", "3"))
 SESSION_3S = {"type": "session", "gap": "3s"}
 
 
