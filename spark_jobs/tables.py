@@ -211,6 +211,8 @@ def tuning_table(root: str | None = None) -> TableRef:
         ("delay_event_p95_ms", double),
         ("delay_batches_p50", double),
         ("delay_batches_p95", double),
+        ("split", long),
+        ("merged", long),
     )
     root = lakehouse_root(root)
     return TableRef("ops", "tuning", join(root, "ops", "tuning"), StructType(fields), ("pipeline",))

@@ -74,12 +74,16 @@ class Step:
     watermark_after: int
 
 
+def key_schema(config: PipelineConfig) -> str:
+    """The key columns as a DDL schema's start."""
+    return ", ".join(f"`{name}` {SPARK_TYPES[config.schema[name]].simpleString()}" for name in config.key)
+
+
 def judged_schema(config: PipelineConfig) -> str:
-    keys = ", ".join(f"`{name}` {SPARK_TYPES[config.schema[name]].simpleString()}" for name in config.key)
     return (
-        f"{keys}, kind string, session_id string, version long, run long, member long, records long,"
-        " start_ms long, end_ms long, watermark long, revision int, status string, merged_into string,"
-        " tier string, changed boolean, targets array<string>"
+        f"{key_schema(config)}, kind string, session_id string, version long, run long, member long,"
+        " records long, start_ms long, end_ms long, watermark long, revision int, status string,"
+        " merged_into string, tier string, changed boolean, targets array<string>"
     )
 
 
@@ -181,16 +185,25 @@ def arrivals_of(units: Sequence[Unit], tombstone: Window | None) -> list[Arrival
     return found
 
 
+Firings = Callable[[int, Sequence[SessionState]], None]
+
+
 def judge_key(
-    key: tuple, live: Sequence[tuple], units: Sequence[Unit], steps: Sequence[Step], lateness_ms: int
+    key: tuple,
+    live: Sequence[tuple],
+    units: Sequence[Unit],
+    steps: Sequence[Step],
+    lateness_ms: int,
+    fired: Firings = lambda step, sessions: None,
 ) -> Iterator[dict]:
     """A micro-batch for one key: its live sessions and its runs, walked version by
-    version (judged against the watermark before it, settled at the one after). Beside
+    version (judged against the watermark before it, settled at the one after, which
+    calls ``fired`` with the step's index and the sessions it fired). Beside
     :meth:`_KeyRun.rows`, a row per run or record quarantined: its extent (a whole
     run's records each keep their own) and the watermark that judged it."""
     run = _KeyRun(key, live)
     by_version = units_by_version(units)
-    for step in steps:
+    for index, step in enumerate(steps):
         arrived = by_version.get(step.version)
         if arrived is not None:
             tombstone = run.sessions.tombstone()
@@ -207,7 +220,7 @@ def judge_key(
                     "end_ms": extent.end,
                     "watermark": step.watermark_before,
                 }
-        run.sessions.settle(step.watermark_after, lateness_ms)
+        fired(index, run.sessions.settle(step.watermark_after, lateness_ms))
     yield from run.rows()
 
 
@@ -244,14 +257,14 @@ def rows_by_key(frame: pd.DataFrame, key: Sequence[str], fields: Sequence[str]) 
 
 
 def per_key(
-    stored_sessions: DataFrame, records: DataFrame, config: PipelineConfig, rule: KeyRule
+    stored_sessions: DataFrame, records: DataFrame, config: PipelineConfig, rule: KeyRule, schema: str
 ) -> DataFrame:
     """``rule(key, its stored sessions, its runs)`` (:func:`judge_key`, :func:`fold_key`)
     over every key with sessions or records (``records``: :func:`numbered` data
-    records), as :func:`judged_schema` rows. The keys go to Python a shuffle partition's
-    worth at a time, not a key at a time: each call costs PySpark milliseconds of its own."""
+    records), as rows of ``schema`` (:func:`judged_schema`'s, or another that starts
+    with the key). The keys go to Python a shuffle partition's worth at a time, not a
+    key at a time: each call costs PySpark milliseconds of its own."""
     key = list(config.key)
-    schema = judged_schema(config)
     columns = [field.split(" ")[0].strip("`") for field in schema.split(", ")]
 
     def apply(_: tuple, stored: pd.DataFrame, arrived: pd.DataFrame) -> pd.DataFrame:
@@ -328,6 +341,7 @@ def judged_sessions(
         records,
         config,
         lambda key, live, arrived: judge_key(key, live, arrived, steps, lateness),
+        judged_schema(config),
     )
 
 
@@ -538,7 +552,7 @@ def fold_late_sessions(
         return fold_key(key, stored, arrived, watermark, lateness)
 
     def rows_from(stored: DataFrame) -> DataFrame:
-        folded = per_key(stored, records, config, fold)
+        folded = per_key(stored, records, config, fold, judged_schema(config))
         return updated_sessions(stored, folded, records, registry, now)
 
     path = registry.silver.path

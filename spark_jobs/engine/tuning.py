@@ -45,17 +45,22 @@ QUANTILES = (0.5, 0.95)
 
 @dataclass(frozen=True)
 class Candidate:
-    """A watermark setting to try: a strategy (with its generator) and the allowed lateness."""
+    """A watermark setting to try: a strategy (with its generator) and the allowed
+    lateness, and for a session pipeline the gap (None: the pipeline's own)."""
 
     label: str
     watermark: WatermarkSpec
     allowed_lateness_ms: int
+    gap_ms: int | None = None
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What silver would do under one candidate. ``delay_*``: the (median, p95) of the
-    first firings before the end of input, None when no window fired."""
+    first firings before the end of input, None when no window fired. For sessions a
+    pair is a record and a window a session (merged ones aside), and ``split`` counts
+    the sessions of all records at once that silver holds in pieces, ``merged`` the
+    sessions silver created and later merged into another."""
 
     label: str
     pairs: int
@@ -67,6 +72,8 @@ class Outcome:
     fired_at_end: int
     delay_event_ms: tuple[float, float] | None
     delay_batches: tuple[float, float] | None
+    split: int | None = None
+    merged: int | None = None
 
     @property
     def late_share(self) -> float:
@@ -176,13 +183,36 @@ def first_at_least(values: Sequence[int], threshold: int) -> int | None:
     return index if index < len(values) else None
 
 
-def tune(
-    spark: SparkSession, registry: TableRegistry, candidates: Sequence[Candidate], flush: bool
-) -> Tuning:
+@dataclass(frozen=True)
+class History:
+    """Bronze's records (persisted: :meth:`release` them), the per-version summary the
+    watermarks step through, and each candidate's steps (:func:`candidate_steps`)."""
+
+    records: DataFrame
+    summary: list
+    steps: list[list[VersionClock]]
+
+    @property
+    def versions(self) -> list[int]:
+        return sorted({row.version for row in self.summary})
+
+    def release(self) -> None:
+        self.records.unpersist()
+
+
+def bronze_history(
+    spark: SparkSession,
+    registry: TableRegistry,
+    candidates: Sequence[Candidate],
+    flush: bool,
+    columns: Sequence[str] = (),
+) -> History:
+    """Every bronze version's records (``columns`` beside what judging reads) and each
+    candidate's watermark steps through them, as one silver pass over them all plans them."""
     config = registry.config
     latest = table_version(spark, registry.bronze.path)
-    columns = ["version", "source_partition", "ts_ms", "is_marker", "processing_time", *config.key]
-    records = timed_records(read_bronze_history(spark, registry, latest), registry).select(*columns).persist()
+    read = ["version", "source_partition", "ts_ms", "is_marker", "processing_time", *config.key, *columns]
+    records = timed_records(read_bronze_history(spark, registry, latest), registry).select(*read).persist()
     try:
         try:
             summary = version_summary(records, any(c.watermark.needs_disorder for c in candidates))
@@ -197,11 +227,24 @@ def tune(
         reports = source_reports(spark, registry, summary[0].version, latest)
         end_ms = max(row.processing_ms for row in summary)
         steps = [candidate_steps(c, summary, reports, flush, end_ms) for c in candidates]
-        windows, by_partition = judge(spark, records, registry, candidates, steps, summary)
+    except BaseException:
+        records.unpersist()
+        raise
+    return History(records, summary, steps)
+
+
+def tune(
+    spark: SparkSession, registry: TableRegistry, candidates: Sequence[Candidate], flush: bool
+) -> Tuning:
+    history = bronze_history(spark, registry, candidates, flush)
+    try:
+        windows, by_partition = judge(
+            spark, history.records, registry, candidates, history.steps, history.summary
+        )
         results = outcomes(candidates, windows, by_partition)
     finally:
-        records.unpersist()
-    return Tuning(list(candidates), results, steps, windows)
+        history.release()
+    return Tuning(list(candidates), results, history.steps, windows)
 
 
 def judge(

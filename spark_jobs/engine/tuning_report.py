@@ -31,6 +31,8 @@ HEADERS = (
     "batches p50",
     "batches p95",
 )
+# A session pipeline's table: a pair is a record, a window a session, and two more figures.
+SESSION_HEADERS = (*HEADERS[:1], "late records", *HEADERS[2:3], "sessions", "split", "merged", *HEADERS[4:])
 
 
 def seconds(milliseconds: float | None) -> str:
@@ -41,7 +43,7 @@ def number(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def table(outcomes: Sequence[Outcome]) -> str:
+def table(outcomes: Sequence[Outcome], sessions: bool = False) -> str:
     """The candidates as an aligned text table."""
     rows = [
         (
@@ -49,6 +51,7 @@ def table(outcomes: Sequence[Outcome]) -> str:
             str(o.quarantined),
             f"{100 * o.late_share:.2f}",
             str(o.windows),
+            *((str(o.split), str(o.merged)) if sessions else ()),
             str(o.fired),
             f"{100 * o.refire_share:.1f}",
             str(o.fired_at_end),
@@ -59,8 +62,9 @@ def table(outcomes: Sequence[Outcome]) -> str:
         )
         for o in outcomes
     ]
-    widths = [max(len(cell) for cell in column) for column in zip(HEADERS, *rows, strict=True)]
-    lines = [HEADERS, *rows]
+    headers = SESSION_HEADERS if sessions else HEADERS
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = [headers, *rows]
     return "\n".join(
         "  ".join(
             cell.ljust(width) if i == 0 else cell.rjust(width)
@@ -88,6 +92,8 @@ def outcome_row(outcome: Outcome) -> dict[str, Any]:
         "delay_event_p95_ms": event[1],
         "delay_batches_p50": batches[0],
         "delay_batches_p95": batches[1],
+        "split": outcome.split,
+        "merged": outcome.merged,
     }
 
 
@@ -99,9 +105,10 @@ WIDTH, HEIGHT = 640, 400
 LEFT, RIGHT, TOP, BOTTOM = 70, 30, 40, 50
 
 
-def chart_svg(outcomes: Sequence[Outcome], title: str) -> str:
+def chart_svg(outcomes: Sequence[Outcome], title: str, late: str = "pairs") -> str:
     """Late share (y) against the median firing delay (x), a labelled point per
-    candidate that fired a window before the end of input."""
+    candidate that fired a window before the end of input; ``late``: what the share
+    is of (pairs, or a session pipeline's records)."""
     points = [
         (p.delay_ms, p.late_percent, p.label) for p in tradeoff_points([outcome_row(o) for o in outcomes])
     ]
@@ -123,7 +130,7 @@ def chart_svg(outcomes: Sequence[Outcome], title: str) -> str:
         f'<text x="{(LEFT + WIDTH - RIGHT) / 2}" y="{HEIGHT - 12}" text-anchor="middle">'
         "firing delay after the window's end, median (event time)</text>",
         f'<text x="16" y="{(TOP + HEIGHT - BOTTOM) / 2}" text-anchor="middle" '
-        f'transform="rotate(-90 16 {(TOP + HEIGHT - BOTTOM) / 2})">pairs late (%)</text>',
+        f'transform="rotate(-90 16 {(TOP + HEIGHT - BOTTOM) / 2})">{late} late (%)</text>',
     ]
     for fraction in (0.0, 0.5, 1.0):
         delay, share = fraction * x_top / 1.1, fraction * y_top / 1.1
@@ -154,5 +161,7 @@ def save(
         for o in outcomes
     ]
     ordered = [tuple(row[name] for name in table.schema.fieldNames()) for row in rows]
-    spark.createDataFrame(ordered, table.schema).write.format("delta").mode("append").save(table.path)
+    # A table saved before split and merged were figures gains them.
+    frame = spark.createDataFrame(ordered, table.schema)
+    frame.write.format("delta").mode("append").option("mergeSchema", "true").save(table.path)
     return run_id

@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 from spark_jobs.arguments import with_examples
-from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
-from spark_jobs.engine.tuning import CANDIDATE_HELP, CannotTune, parse_candidate, tune
+from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline, parse_duration
+from spark_jobs.engine.session_tuning import tune_sessions
+from spark_jobs.engine.tuning import CANDIDATE_HELP, Candidate, CannotTune, parse_candidate, tune
 from spark_jobs.engine.tuning_report import as_json, chart_svg, save, table
 from spark_jobs.eventtime.generators import GeneratorError
 from spark_jobs.eventtime.windows import SessionSpec
@@ -30,14 +32,16 @@ from spark_jobs.tables import TableRegistry, join, lakehouse_root
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tidemark tune",
-        description="What silver would do under candidate watermark settings, over the "
-        "pipeline's bronze history or an input file: late pairs, re-fires, firing delays.",
+        description="What silver would do under candidate watermark settings (and session "
+        "gaps), over the pipeline's bronze history or an input file: late pairs or records, "
+        "re-fires, firing delays, sessions split and merged.",
     )
     with_examples(
         parser,
         "tidemark tune --pipeline telemetry --bronze --save --candidates 2s 5s 30s 5s+2m",
         "tidemark tune --pipeline telemetry --input history.json --flush --chart tradeoff.svg "
         "--candidates 5s 'spark_jobs.eventtime.adaptive:AdaptiveBound(floor=2s,ceiling=1m)'",
+        "tidemark tune --pipeline rides --bronze --candidates 30s 30s+10m --gaps 2m 5m 10m",
     )
     parser.add_argument("--pipeline", required=True, help=PIPELINE_HELP)
     history = parser.add_mutually_exclusive_group(required=True)
@@ -52,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-column", help="with --input: a new micro-batch wherever this column's value changes"
     )
     parser.add_argument("--candidates", nargs="+", required=True, help=f"each {CANDIDATE_HELP}")
+    parser.add_argument(
+        "--gaps",
+        nargs="+",
+        help="a session pipeline's gaps to try, each with every candidate (default: the pipeline's)",
+    )
     parser.add_argument(
         "--flush", action="store_true", help="end of input after the history: every window fires"
     )
@@ -69,11 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = load_pipeline(args.pipeline)
-    if isinstance(config.window, SessionSpec):
-        raise ConfigError(
-            "window.type", "tidemark tune runs on tumbling and sliding windows, not on sessions yet"
-        )
-    candidates = [parse_candidate(text, config) for text in args.candidates]
+    candidates = with_gaps([parse_candidate(text, config) for text in args.candidates], args.gaps, config)
+    sessions = isinstance(config.window, SessionSpec)
     for given, flag in ((args.batch_size, "--batch-size"), (args.batch_column, "--batch-column")):
         if args.bronze and given is not None:
             raise ConfigError(flag, "cuts an --input file; --bronze has its own micro-batches")
@@ -94,20 +100,42 @@ def main(argv: list[str] | None = None) -> int:
                 return code
         registry = TableRegistry(config, scratch if batches is not None else lakehouse)
         try:
-            tuning = tune(spark, registry, candidates, args.flush)
+            tuning = (tune_sessions if sessions else tune)(spark, registry, candidates, args.flush)
         except (CannotTune, GeneratorError) as error:
             print(f"tidemark tune: error: {error}", file=sys.stderr)
             return 1
     finally:
         if batches is not None:
             delete_tree(spark, scratch)
-    print(as_json(tuning.outcomes) if args.json else table(tuning.outcomes))
+    print(as_json(tuning.outcomes) if args.json else table(tuning.outcomes, sessions))
     if args.save:
         history = "bronze" if batches is None else f"input {args.input}"
         save(spark, lakehouse, config.name, tuning.outcomes, history)
     if args.chart is not None:
-        args.chart.write_text(chart_svg(tuning.outcomes, f"{config.name}: late pairs against firing delay"))
+        late = "records" if sessions else "pairs"
+        args.chart.write_text(
+            chart_svg(tuning.outcomes, f"{config.name}: late {late} against firing delay", late)
+        )
     return 0
+
+
+def with_gaps(candidates: list[Candidate], gaps: list[str] | None, config: PipelineConfig) -> list[Candidate]:
+    """Every candidate with every gap of ``--gaps`` (none given: the candidates as they are)."""
+    if gaps is None:
+        return candidates
+    window = config.window
+    if not isinstance(window, SessionSpec):
+        raise ConfigError("--gaps", "tries session gaps; this pipeline's windows are not sessions")
+    if window.gap_column is not None:
+        raise ConfigError(
+            "--gaps", f"this pipeline's gaps come from its records (window.gap_column {window.gap_column!r})"
+        )
+    parsed = {gap: parse_duration(gap, f"--gaps {gap!r}", allow_zero=False) for gap in gaps}
+    return [
+        replace(candidate, label=f"{candidate.label} gap {gap}", gap_ms=ms)
+        for candidate in candidates
+        for gap, ms in parsed.items()
+    ]
 
 
 if __name__ == "__main__":

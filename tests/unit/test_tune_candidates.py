@@ -15,9 +15,11 @@ from spark_jobs.engine.tuning import Outcome, first_at_least, parse_candidate, r
 from spark_jobs.engine.tuning_report import as_json, chart_svg, table
 from spark_jobs.eventtime.clock import MIN_WATERMARK
 from spark_jobs.eventtime.generators import PartitionInput, WatermarkSpec
+from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.jobs import tune
 
-TELEMETRY = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines" / "telemetry.yaml"
+PIPELINES = Path(__file__).resolve().parents[2] / "spark_jobs" / "pipelines"
+TELEMETRY, RIDES = PIPELINES / "telemetry.yaml", PIPELINES / "rides.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +102,15 @@ def test_the_table_has_a_row_per_candidate_with_its_figures():
     assert lines[3].split()[-4:] == ["-", "-", "-", "-"]
 
 
+def test_a_session_pipelines_table_names_records_and_sessions_and_adds_split_and_merged():
+    sessions = [replace(OUTCOMES[0], split=3, merged=4)]
+    header, row = table(sessions, sessions=True).splitlines()
+    assert header.split()[:7] == ["candidate", "late", "records", "late", "%", "sessions", "split"]
+    assert row.split()[:6] == ["2s", "20", "10.00", "50", "3", "4"]
+    first = json.loads(as_json(sessions))[0]
+    assert (first["split"], first["merged"]) == (3, 4)
+
+
 def test_json_carries_every_figure():
     first = json.loads(as_json(OUTCOMES))[0]
     assert first["late_pairs_by_partition"] == {"0": 15, "2": 5}
@@ -133,6 +144,39 @@ def test_the_chart_plots_each_candidate_that_fired_with_escaped_labels():
 def test_bad_input_is_refused_before_spark_starts(arguments, message, capsys):
     assert tune.main(["--pipeline", str(TELEMETRY), *arguments]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "gaps", "message"),
+    [
+        (TELEMETRY, ["5m"], "--gaps: tries session gaps; this pipeline's windows are not sessions"),
+        (RIDES, ["5m", "0s"], "--gaps '0s': must be positive"),
+        (RIDES, ["soon"], "--gaps 'soon': expected a duration"),
+    ],
+)
+def test_gaps_are_refused_unless_positive_durations_for_a_session_pipeline(pipeline, gaps, message, capsys):
+    assert tune.main(["--pipeline", str(pipeline), "--bronze", "--candidates", "5s", "--gaps", *gaps]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_every_candidate_is_tried_with_every_gap():
+    rides = load_pipeline(RIDES)
+    candidates = [parse_candidate(text, rides) for text in ("5s", "5s+2m")]
+    tried = tune.with_gaps(candidates, ["2m", "10m"], rides)
+    assert [(c.label, c.gap_ms, c.allowed_lateness_ms) for c in tried] == [
+        ("5s gap 2m", 120_000, rides.allowed_lateness_ms),
+        ("5s gap 10m", 600_000, rides.allowed_lateness_ms),
+        ("5s+2m gap 2m", 120_000, 120_000),
+        ("5s+2m gap 10m", 600_000, 120_000),
+    ]
+    assert tune.with_gaps(candidates, None, rides) == candidates
+
+
+def test_gaps_are_refused_where_each_record_carries_its_own():
+    rides = load_pipeline(RIDES)
+    dynamic = replace(rides, window=SessionSpec.dynamic("battery", 60_000))
+    with pytest.raises(ConfigError, match="come from its records"):
+        tune.with_gaps([parse_candidate("5s", dynamic)], ["2m"], dynamic)
 
 
 def test_a_bound_is_refused_for_a_pipeline_with_punctuation_markers(config):
