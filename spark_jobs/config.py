@@ -699,16 +699,18 @@ def _window(value: Any, schema: Mapping[str, str]) -> WindowSpec | SessionSpec:
 def _session_window(section: Mapping[str, Any], schema: Mapping[str, str]) -> SessionSpec:
     """A fixed ``gap``, or a per-record ``gap_column`` (milliseconds) bounded by ``max_gap``."""
     _reject_unknown(section, {"type", "gap", "gap_column", "max_gap", "max_duration"}, "window.")
-    if "max_duration" in section:
-        raise ConfigError("window.max_duration", "is not supported yet: a session is never split")
     if ("gap" in section) == ("gap_column" in section):
         raise ConfigError("window.gap", "a session window takes either gap or gap_column")
+    max_duration = None
+    if "max_duration" in section:
+        max_duration = parse_duration(section["max_duration"], "window.max_duration", allow_zero=False)
     if "gap" in section:
         if "max_gap" in section:
             raise ConfigError(
                 "window.max_gap", "only applies with a gap_column (a fixed gap is its own bound)"
             )
-        return SessionSpec.fixed(parse_duration(section["gap"], "window.gap", allow_zero=False))
+        gap = parse_duration(section["gap"], "window.gap", allow_zero=False)
+        return SessionSpec(gap_ms=gap, max_duration_ms=max_duration)
     column = _column(section["gap_column"], schema, "window.gap_column")
     if schema[column] not in ("int", "long"):
         raise ConfigError(
@@ -716,7 +718,7 @@ def _session_window(section: Mapping[str, Any], schema: Mapping[str, str]) -> Se
             f"must be an int or long column of milliseconds; {column} is {schema[column]}",
         )
     max_gap = parse_duration(_required(section, "max_gap", "window."), "window.max_gap", allow_zero=False)
-    return SessionSpec.dynamic(column, max_gap)
+    return SessionSpec(gap_column=column, max_gap_ms=max_gap, max_duration_ms=max_duration)
 
 
 def _measures(value: Any, schema: Mapping[str, str], key: tuple[str, ...]) -> dict[str, tuple[str, ...]]:

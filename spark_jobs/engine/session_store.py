@@ -60,9 +60,14 @@ SESSION, JOINED, LATE = "session", "joined", "late"
 
 
 def proto_end(spec: SessionSpec) -> F.Column:
-    """The end of a record's own session, ``ts + gap``."""
+    """The end of a record's own session, ``ts + gap``, ended at the next cut
+    (:meth:`~spark_jobs.eventtime.windows.SessionSpec.proto`)."""
     gap = F.lit(spec.gap_ms) if spec.gap_column is None else F.col(spec.gap_column)
-    return F.col("ts_ms") + gap.cast("long")
+    ts = F.col("ts_ms")
+    if spec.max_duration_ms is None:
+        return ts + gap.cast("long")
+    every = F.lit(spec.max_duration_ms).cast("long")
+    return F.least(ts + gap.cast("long"), ts - F.pmod(ts, every) + every)
 
 
 @dataclass(frozen=True)
@@ -87,16 +92,29 @@ def judged_schema(config: PipelineConfig) -> str:
     )
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What a key's rules take beside its sessions and records."""
+
+    allowed_lateness_ms: int
+    max_duration_ms: int | None
+
+    @classmethod
+    def of(cls, config: PipelineConfig) -> Limits:
+        return cls(config.allowed_lateness_ms, config.window.max_duration_ms)
+
+
 class _KeyRun:
     """One key's stored sessions (``tier`` and all) as :class:`KeySessions`, and what
     records did to them, until it says so as rows (:meth:`rows`)."""
 
-    def __init__(self, key: tuple, stored: Sequence[tuple]) -> None:
+    def __init__(self, key: tuple, stored: Sequence[tuple], max_duration_ms: int | None) -> None:
         self.before = {
             sid: (SessionState(sid, Window(int(start), int(end)), int(revision), status, merged), tier)
             for sid, start, end, revision, status, merged, tier in stored
         }
-        self.sessions = KeySessions(key, (replace(state) for state, _ in self.before.values()))
+        states = (replace(state) for state, _ in self.before.values())
+        self.sessions = KeySessions(key, states, max_duration_ms)
         self.survivor_of: dict[str, str] = {}
         self.joined: list[tuple[Arrival, int, str]] = []
 
@@ -168,13 +186,15 @@ def units_by_version(units: Sequence[Unit]) -> dict[int, list[Unit]]:
     return found
 
 
-def arrivals_of(units: Sequence[Unit], tombstone: Window | None) -> list[Arrival]:
+def arrivals_of(
+    units: Sequence[Unit], tombstone: Window | None, max_duration_ms: int | None
+) -> list[Arrival]:
     """Runs as arrivals: whole, or a record at a time where a run touches the
     tombstone (its records are judged one by one)."""
     found = []
     for unit in units:
         span = Window(unit.start_ms, unit.end_ms)
-        if tombstone is None or not touches(span, tombstone):
+        if tombstone is None or not touches(span, tombstone, max_duration_ms):
             found.append(Arrival(unit.run, -1, unit.records, span))
             continue
         ends = zip(unit.member_ts, unit.member_end, strict=True)
@@ -193,7 +213,7 @@ def judge_key(
     live: Sequence[tuple],
     units: Sequence[Unit],
     steps: Sequence[Step],
-    lateness_ms: int,
+    limits: Limits,
     fired: Firings = lambda step, sessions: None,
 ) -> Iterator[dict]:
     """A micro-batch for one key: its live sessions and its runs, walked version by
@@ -201,15 +221,15 @@ def judge_key(
     calls ``fired`` with the step's index and the sessions it fired). Beside
     :meth:`_KeyRun.rows`, a row per run or record quarantined: its extent (a whole
     run's records each keep their own) and the watermark that judged it."""
-    run = _KeyRun(key, live)
+    run = _KeyRun(key, live, limits.max_duration_ms)
     by_version = units_by_version(units)
     for index, step in enumerate(steps):
         arrived = by_version.get(step.version)
         if arrived is not None:
             tombstone = run.sessions.tombstone()
-            arrivals = arrivals_of(arrived, tombstone.extent if tombstone else None)
+            arrivals = arrivals_of(arrived, tombstone.extent if tombstone else None, limits.max_duration_ms)
             extents = [arrival.extent for arrival in arrivals]
-            judged = run.sessions.judge(extents, step.watermark_before, lateness_ms)
+            judged = run.sessions.judge(extents, step.watermark_before, limits.allowed_lateness_ms)
             run.took(judged, arrivals, step.version)
             for index, extent in judged.late:
                 yield {
@@ -220,23 +240,23 @@ def judge_key(
                     "end_ms": extent.end,
                     "watermark": step.watermark_before,
                 }
-        fired(index, run.sessions.settle(step.watermark_after, lateness_ms))
+        fired(index, run.sessions.settle(step.watermark_after, limits.allowed_lateness_ms))
     yield from run.rows()
 
 
 def fold_key(
-    key: tuple, stored: Sequence[tuple], units: Sequence[Unit], watermark: int, lateness_ms: int
+    key: tuple, stored: Sequence[tuple], units: Sequence[Unit], watermark: int, limits: Limits
 ) -> Iterator[dict]:
     """The late merge for one key: its quarantined records (as runs) join its sessions,
     closed ones too (:meth:`~spark_jobs.eventtime.sessions.ReferenceSessions.fold_late`),
     and its sessions are settled at ``watermark``."""
-    run = _KeyRun(key, stored)
+    run = _KeyRun(key, stored, limits.max_duration_ms)
     if units:
         alive = [state for state in run.sessions.sessions.values() if state.status != MERGED]
-        arrivals = arrivals_of(units, None)
+        arrivals = arrivals_of(units, None, limits.max_duration_ms)
         merged = run.sessions.merge(dict(enumerate(arrival.extent for arrival in arrivals)), alive)
         run.took(merged, arrivals, -1)
-    run.sessions.settle(watermark, lateness_ms)
+    run.sessions.settle(watermark, limits.allowed_lateness_ms)
     yield from run.rows()
 
 
@@ -300,10 +320,16 @@ def numbered(records: DataFrame, config: PipelineConfig) -> DataFrame:
     """Data records (``event_id``, ``version``, ``ts_ms``, ``end_ms``) with their
     ``run`` and ``member`` numbers: per key and version, in order of time, a record
     starts a new run where its time is beyond the ends of those before it (the naive
-    sessionization's rule), and ``member`` counts the records from 0."""
+    sessionization's rule), or at them where that is a cut (``max_duration``), and
+    ``member`` counts the records from 0."""
     ordered = Frame.partitionBy(*config.key, "version").orderBy("ts_ms", "end_ms", "event_id")
     reach = F.max("end_ms").over(ordered.rowsBetween(Frame.unboundedPreceding, -1))
-    starts = F.coalesce((F.col("ts_ms") > reach).cast("long"), F.lit(1))
+    ts = F.col("ts_ms")
+    beyond = ts > reach
+    every = config.window.max_duration_ms
+    if every is not None:
+        beyond = beyond | ((ts == reach) & (F.pmod(ts, F.lit(every).cast("long")) == 0))
+    starts = F.coalesce(beyond.cast("long"), F.lit(1))
     return (
         records.withColumn("starts_run", starts)
         .withColumn("run", F.sum("starts_run").over(ordered.rowsBetween(Frame.unboundedPreceding, 0)) - 1)
@@ -335,12 +361,12 @@ def judged_sessions(
     live_sessions: DataFrame, records: DataFrame, config: PipelineConfig, steps: Sequence[Step]
 ) -> DataFrame:
     """:func:`judge_key` over every key with live sessions or records."""
-    lateness = config.allowed_lateness_ms
+    limits = Limits.of(config)
     return per_key(
         live_sessions,
         records,
         config,
-        lambda key, live, arrived: judge_key(key, live, arrived, steps, lateness),
+        lambda key, live, arrived: judge_key(key, live, arrived, steps, limits),
         judged_schema(config),
     )
 
@@ -546,10 +572,10 @@ def fold_late_sessions(
         ).withColumn("end_ms", proto_end(config.window)),
         config,
     )
-    lateness = config.allowed_lateness_ms
+    limits = Limits.of(config)
 
     def fold(key: tuple, stored: pd.DataFrame, arrived: pd.DataFrame) -> Iterator[dict]:
-        return fold_key(key, stored, arrived, watermark, lateness)
+        return fold_key(key, stored, arrived, watermark, limits)
 
     def rows_from(stored: DataFrame) -> DataFrame:
         folded = per_key(stored, records, config, fold, judged_schema(config))

@@ -29,6 +29,7 @@ from spark_jobs.engine.session_store import (
     JOINED,
     LATE,
     SESSION,
+    Limits,
     Step,
     Unit,
     judge_key,
@@ -65,7 +66,9 @@ def tuned_schema(config: PipelineConfig) -> str:
     )
 
 
-def whole_sessions(units: Sequence[Unit]) -> tuple[dict[tuple[int, int], int], int]:
+def whole_sessions(
+    units: Sequence[Unit], max_duration_ms: int | None
+) -> tuple[dict[tuple[int, int], int], int]:
     """A key's sessions of all its records at once, from its runs' spans: each run's
     (version, run) -> its session's number, and how many there are."""
     number_of: dict[tuple[int, int], int] = {}
@@ -73,7 +76,7 @@ def whole_sessions(units: Sequence[Unit]) -> tuple[dict[tuple[int, int], int], i
     count = 0
     for unit in sorted(units, key=lambda u: (u.start_ms, u.end_ms, u.version, u.run)):
         span = Window(unit.start_ms, unit.end_ms)
-        if reach is None or not touches(span, reach):
+        if reach is None or not touches(span, reach, max_duration_ms):
             count, reach = count + 1, span
         else:
             reach = Window(reach.start, max(reach.end, span.end))
@@ -82,15 +85,15 @@ def whole_sessions(units: Sequence[Unit]) -> tuple[dict[tuple[int, int], int], i
 
 
 def tune_key(
-    key: tuple, units: Sequence[Unit], walks: Sequence[tuple[int, list[Step], int]], newest: Sequence[int]
+    key: tuple, units: Sequence[Unit], walks: Sequence[tuple[int, list[Step], Limits]], newest: Sequence[int]
 ) -> Iterator[dict]:
-    """One key's runs walked by every candidate (``walks``: its index, steps and allowed
-    lateness): a row per run or record it quarantines, per session it creates (with
-    its first firing's delays), and per session of all the records at once (the
-    sessions of the candidate's that hold its records: ``pieces``). ``newest``: the
+    """One key's runs walked by every candidate (``walks``: its index, steps and
+    limits): a row per run or record it quarantines, per session it creates (with its
+    first firing's delays), and per session of all the records at once (the sessions
+    of the candidate's that hold its records: ``pieces``). ``newest``: the
     newest event time seen after each step before the end of input."""
-    whole_of, wholes = whole_sessions(units)
-    for candidate, steps, lateness_ms in walks:
+    whole_of, wholes = whole_sessions(units, walks[0][2].max_duration_ms)
+    for candidate, steps, limits in walks:
         first: dict[str, tuple[int, int]] = {}
 
         def fired(step: int, sessions: Sequence[SessionState], first: dict = first) -> None:
@@ -98,7 +101,7 @@ def tune_key(
                 first.setdefault(session.session_id, (step, session.extent.end))
 
         holders: dict[int, set[str]] = {}
-        for row in judge_key(key, (), units, steps, lateness_ms, fired):
+        for row in judge_key(key, (), units, steps, limits, fired):
             if row["kind"] == LATE:
                 yield {
                     "candidate": candidate,
@@ -157,7 +160,7 @@ def tune_sessions(
             gapped = spec if gap is None else replace(spec, gap_ms=gap)
             data = numbered(data_records.withColumn("end_ms", proto_end(gapped)), config)
             walks = [
-                (index, steps_of(plan), candidate.allowed_lateness_ms)
+                (index, steps_of(plan), Limits(candidate.allowed_lateness_ms, spec.max_duration_ms))
                 for index, (candidate, plan) in enumerate(zip(candidates, history.steps, strict=True))
                 if candidate.gap_ms == gap
             ]

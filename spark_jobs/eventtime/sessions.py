@@ -147,9 +147,12 @@ class KeySessions:
     """One key's sessions and the rules that change them: the reference model and the
     engine's micro-batch both run every key through one of these."""
 
-    def __init__(self, key: tuple, sessions: Iterable[SessionState] = ()) -> None:
+    def __init__(
+        self, key: tuple, sessions: Iterable[SessionState] = (), max_duration_ms: int | None = None
+    ) -> None:
         self.key = key
         self.sessions = {session.session_id: session for session in sessions}
+        self.max_duration_ms = max_duration_ms
 
     def tombstone(self) -> SessionState | None:
         """The key's closed session with the latest end."""
@@ -163,14 +166,14 @@ class KeySessions:
         late: list[tuple[int, Window]] = []
         rest = []
         for index, proto in enumerate(arrivals):
-            if tombstone is not None and touches(proto, tombstone.extent):
+            if tombstone is not None and touches(proto, tombstone.extent, self.max_duration_ms):
                 late.append((index, span([proto, tombstone.extent])))
             else:
                 rest.append(index)
         live = [s for s in self.sessions.values() if s.status in (OPEN, FIRED)]
         extents = [s.extent for s in live] + [arrivals[index] for index in rest]
         counted: dict[int, Window] = {}
-        for group in touching_groups(extents):
+        for group in touching_groups(extents, self.max_duration_ms):
             joining = [rest[i - len(live)] for i in group if i >= len(live)]
             if len(joining) == len(group) and is_cleaned(
                 span(extents[i] for i in group), watermark, lateness_ms
@@ -188,7 +191,7 @@ class KeySessions:
         indexes = list(arrivals)
         extents = [s.extent for s in sessions] + [arrivals[index] for index in indexes]
         merged = Merged()
-        for group in touching_groups(extents):
+        for group in touching_groups(extents, self.max_duration_ms):
             members = [sessions[i] for i in group if i < len(sessions)]
             joining = [indexes[i - len(sessions)] for i in group if i >= len(sessions)]
             if not joining and len(members) == 1:
@@ -257,7 +260,7 @@ class ReferenceSessions(BatchSteps):
         return len(pending)
 
     def _key(self, key: tuple) -> KeySessions:
-        return self.keys.setdefault(key, KeySessions(key))
+        return self.keys.setdefault(key, KeySessions(key, max_duration_ms=self.spec.max_duration_ms))
 
     def _protos(self, records: Sequence[Record]) -> list[Window]:
         return [self.spec.proto(record.timestamp, record.payload) for record in records]

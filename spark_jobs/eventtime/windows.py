@@ -87,11 +87,13 @@ def is_cleaned(window: Window, watermark: int, allowed_lateness_ms: int) -> bool
 @dataclass(frozen=True)
 class SessionSpec:
     """A fixed ``gap_ms``, or a per-record gap in ``gap_column`` (milliseconds)
-    bounded by ``max_gap_ms``."""
+    bounded by ``max_gap_ms``; with ``max_duration_ms``, no session runs across a
+    multiple of it since the epoch (a *cut*), so none runs longer."""
 
     gap_ms: int | None = None
     gap_column: str | None = None
     max_gap_ms: int | None = None
+    max_duration_ms: int | None = None
 
     def __post_init__(self) -> None:
         if (self.gap_ms is None) == (self.gap_column is None):
@@ -100,6 +102,8 @@ class SessionSpec:
             raise ValueError("the session gap must be positive")
         if self.gap_column is not None and (self.max_gap_ms is None or self.max_gap_ms <= 0):
             raise ValueError("a gap column needs a positive max_gap")
+        if self.max_duration_ms is not None and self.max_duration_ms <= 0:
+            raise ValueError("the session max_duration must be positive")
 
     @classmethod
     def fixed(cls, gap_ms: int) -> SessionSpec:
@@ -123,13 +127,31 @@ class SessionSpec:
         return None
 
     def proto(self, timestamp: int, payload: Mapping[str, Any]) -> Window:
-        """A record's own session ``[ts, ts + gap)``; only for a record not rejected."""
+        """A record's own session ``[ts, ts + gap)``, ended at the next cut; only for a
+        record not rejected."""
         gap = self.gap_ms if self.gap_column is None else payload[self.gap_column]
-        return Window(timestamp, timestamp + gap)
+        if self.max_duration_ms is None:
+            return Window(timestamp, timestamp + gap)
+        return Window(timestamp, min(timestamp + gap, next_cut(timestamp, self.max_duration_ms)))
 
 
-def touches(a: Window, b: Window) -> bool:
-    """Flink's merge rule: intersecting or adjacent extents merge."""
+def next_cut(timestamp: int, every_ms: int) -> int:
+    """The first multiple of ``every_ms`` after ``timestamp`` (floor-mod: negative
+    timestamps too)."""
+    return timestamp - timestamp % every_ms + every_ms
+
+
+def at_cut(point: int, every_ms: int | None) -> bool:
+    """Whether ``point`` is a cut (a multiple of ``every_ms``; never without one)."""
+    return every_ms is not None and point % every_ms == 0
+
+
+def touches(a: Window, b: Window, cut_every_ms: int | None = None) -> bool:
+    """Flink's merge rule: intersecting or adjacent extents merge, except extents that
+    meet at a cut (with ``max_duration``: extents end at the next cut, so two that meet
+    there lie on either side of it)."""
+    if a.end == b.start or b.end == a.start:
+        return not at_cut(max(a.start, b.start), cut_every_ms)
     return a.start <= b.end and a.end >= b.start
 
 
@@ -138,14 +160,15 @@ def span(extents: Iterable[Window]) -> Window:
     return Window(min(e.start for e in extents), max(e.end for e in extents))
 
 
-def touching_groups(extents: Sequence[Window]) -> list[list[int]]:
-    """Indexes of ``extents`` grouped by chains of touching extents, each group in
-    order of start, the groups in order of their start."""
+def touching_groups(extents: Sequence[Window], cut_every_ms: int | None = None) -> list[list[int]]:
+    """Indexes of ``extents`` grouped by chains of touching extents (:func:`touches`),
+    each group in order of start, the groups in order of their start."""
     order = sorted(range(len(extents)), key=lambda i: (extents[i].start, extents[i].end, i))
     groups: list[list[int]] = []
     reach = None
     for index in order:
-        if reach is None or extents[index].start > reach:
+        start = extents[index].start
+        if reach is None or start > reach or (start == reach and at_cut(start, cut_every_ms)):
             groups.append([])
             reach = extents[index].end
         groups[-1].append(index)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from spark_jobs.engine.late_merge import TimeRange, merge_late
 from spark_jobs.eventtime.sessions import MERGED, ReferenceSessions, SessionModelResult
+from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.generator import land_files
 from spark_jobs.tables import TableRegistry
 from tests.integration.engine import (
@@ -31,13 +32,15 @@ from tests.integration.engine import (
 )
 from tests.integration.test_crash_points import run_crashing, stream
 from tests.integration.test_silver_matches_model import BOUND_0S, batched
-from tests.unit.test_session_model import naive_sessions
+from tests.unit.test_session_model import naive_cut_sessions, naive_sessions
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 # Each example replays, then merges: fewer than the windows' six, the explicit one beside them.
 EXAMPLES = int(os.environ.get("TIDEMARK_ENGINE_EXAMPLES", "3"))
 SESSION_3S = {"type": "session", "gap": "3s"}
+# Cut every 4 s (the base time is a multiple of 4 s).
+SESSION_3S_CUT_4S = {"type": "session", "gap": "3s", "max_duration": "4s"}
 
 
 def engine_sessions(spark, registry: TableRegistry) -> dict:
@@ -111,15 +114,15 @@ def assert_sessions_equal_model(
     assert_sessions_reconcile(spark, registry, [record for batch in batches for record in batch])
 
 
-def batch_sessionization(records: Sequence[dict], gap_ms: int) -> dict:
+def batch_sessionization(records: Sequence[dict], spec: SessionSpec) -> dict:
     """Per key, the sessions of all ``records`` at once: (start, end, record count)."""
     keys = sorted({(r["region"], r["device_id"]) for r in records})
-    return {
-        key: naive_sessions(
-            [(r["ts"], r["ts"] + gap_ms) for r in records if (r["region"], r["device_id"]) == key]
-        )
-        for key in keys
-    }
+    found = {}
+    for key in keys:
+        protos = [(r["ts"], r["ts"] + spec.gap_ms) for r in records if (r["region"], r["device_id"]) == key]
+        every = spec.max_duration_ms
+        found[key] = naive_sessions(protos) if every is None else naive_cut_sessions(protos, every)
+    return found
 
 
 def live_sessions(spark, registry: TableRegistry) -> dict:
@@ -152,7 +155,7 @@ watermarks = st.sampled_from(
 )
 @given(
     batches=batched(),
-    window=st.sampled_from([SESSION_3S, {"type": "session", "gap": "1s"}]),
+    window=st.sampled_from([SESSION_3S, {"type": "session", "gap": "1s"}, SESSION_3S_CUT_4S]),
     watermark=watermarks,
     idleness=st.sampled_from([None, "1ms"]),
     silver_every_batch=st.booleans(),
@@ -172,6 +175,18 @@ watermarks = st.sampled_from(
     lateness="0s",
     flush=True,
 )
+# Cuts every 4 s: 2 s and 4 s meet at one in one batch, so they are two sessions (two
+# runs). 3.5 s meets the tombstone [4 s, 7 s) only at the cut: not late for touching it,
+# but cleaned on its own; the merge folds it into the closed [2 s, 4 s).
+@example(
+    batches=[[at(0, 2), at(0, 4)], [at(0, 10)], [at(0, 3.5), at(0, 9)]],
+    window=SESSION_3S_CUT_4S,
+    watermark=BOUND_0S,
+    idleness=None,
+    silver_every_batch=True,
+    lateness="0s",
+    flush=False,
+)
 def test_silver_sessions_quarantine_and_history_equal_the_reference_model(
     spark, lakehouse, batches, window, watermark, idleness, silver_every_batch, lateness, flush
 ):
@@ -189,7 +204,7 @@ def test_silver_sessions_quarantine_and_history_equal_the_reference_model(
     model.fold_late()
     assert_sessions_equal_model(spark, registry, batches, model.result())
     records = [record for batch in batches for record in batch]
-    assert live_sessions(spark, registry) == batch_sessionization(records, config.window.gap_ms)
+    assert live_sessions(spark, registry) == batch_sessionization(records, config.window)
 
 
 # After the sessions' commit, a replay judges the batch again; after the merge's silver

@@ -163,6 +163,17 @@ def test_a_session_window_takes_a_gap_column_bounded_by_max_gap():
     assert parse_pipeline(document).window == SessionSpec.dynamic("ts", 3_600_000)
 
 
+def test_a_session_window_takes_a_max_duration_with_either_gap():
+    fixed = mutate("window", {"type": "session", "gap": "5m", "max_duration": "1h"})
+    dynamic = mutate("window", {"type": "session", "gap_column": "ts", "max_gap": "1h", "max_duration": "2h"})
+    for document in (fixed, dynamic):
+        del document["gold"]
+    assert parse_pipeline(fixed).window == SessionSpec(gap_ms=300_000, max_duration_ms=3_600_000)
+    assert parse_pipeline(dynamic).window == SessionSpec(
+        gap_column="ts", max_gap_ms=3_600_000, max_duration_ms=7_200_000
+    )
+
+
 BAD_SESSION_WINDOWS = [
     ({"gap": "5m", "size": "1m"}, "window.size", "unknown field"),
     ({}, "window.gap", "either gap or gap_column"),
@@ -173,7 +184,8 @@ BAD_SESSION_WINDOWS = [
     ({"gap_column": "ts", "max_gap": "0m"}, "window.max_gap", "positive"),
     ({"gap_column": "nope", "max_gap": "1h"}, "window.gap_column", "not a column"),
     ({"gap_column": "battery", "max_gap": "1h"}, "window.gap_column", "int or long"),
-    ({"gap": "5m", "max_duration": "1h"}, "window.max_duration", "not supported yet"),
+    ({"gap": "5m", "max_duration": "0s"}, "window.max_duration", "positive"),
+    ({"gap": "5m", "max_duration": "soon"}, "window.max_duration", "expected a duration"),
 ]
 
 

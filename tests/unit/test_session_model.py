@@ -202,6 +202,23 @@ def test_records_without_a_usable_gap_are_rejected_with_the_reason():
     assert extents(result) == {("a",): [(s(5, 65), 1)]}
 
 
+def test_no_session_runs_across_a_cut_of_max_duration():
+    # Cuts every minute: 58 s ends at the cut, 61 s starts anew; 119 s and 120 s meet at one.
+    spec = SessionSpec(gap_ms=GAP, max_duration_ms=60 * SECOND)
+    model = ReferenceSessions(rules(spec))
+    model.run(batches([at(55), at(58), at(61), at(63)], [at(119), at(120)]), flush=True)
+    assert extents(model) == {("a",): [(s(55, 60), 2), (s(61, 68), 2), (s(119, 120), 1), (s(120, 125), 1)]}
+
+
+def test_a_record_meeting_a_closed_session_at_a_cut_is_counted_in_a_session_of_its_own():
+    spec = SessionSpec(gap_ms=GAP, max_duration_ms=60 * SECOND)
+    model = ReferenceSessions(rules(spec))
+    # 57 s closes when 63 s arrives; 60 s meets it only at the cut 60 s, and joins 63 s.
+    model.run(batches([at(57)], [at(63)], [at(60)]), flush=True)
+    assert extents(model) == {("a",): [(s(57, 60), 1), (s(60, 68), 2)]}
+    assert model.quarantined == []
+
+
 def test_folding_the_quarantine_back_bridges_closed_sessions_into_the_batch_answer():
     model = ReferenceSessions(rules())
     model.run(batches([at(1)], [at(7)], [at(6)]), flush=True)
@@ -234,6 +251,32 @@ def naive_sessions(intervals: list[tuple[int, int]]) -> list[tuple[int, int, int
     return sorted(sessions)
 
 
+def naive_cut_sessions(intervals: list[tuple[int, int]], every: int) -> list[tuple[int, int, int]]:
+    """The naive merge within each slot between cuts, each interval ended at its slot's end."""
+    slots: dict[int, list[tuple[int, int]]] = {}
+    for start, end in intervals:
+        slot = start // every
+        slots.setdefault(slot, []).append((start, min(end, (slot + 1) * every)))
+    return sorted(found for slot in slots.values() for found in naive_sessions(slot))
+
+
+@given(
+    st.lists(st.tuples(st.integers(-50, 50), st.integers(1, 10)), max_size=12),
+    st.integers(1, 20),
+)
+def test_touching_groups_with_cuts_are_the_naive_merge_within_each_slot(intervals, every):
+    # Extents never run across a cut: a proto-session ends at the next one at the latest.
+    windows = [
+        Window(start, min(start + length, (start // every + 1) * every)) for start, length in intervals
+    ]
+    grouped = sorted(
+        (min(windows[i].start for i in g), max(windows[i].end for i in g), len(g))
+        for g in touching_groups(windows, every)
+    )
+
+    assert grouped == naive_cut_sessions([(start, start + length) for start, length in intervals], every)
+
+
 @given(st.lists(st.tuples(st.integers(-50, 50), st.integers(1, 10)), max_size=12))
 def test_touching_groups_are_the_naive_merge(intervals):
     windows = [Window(start, start + length) for start, length in intervals]
@@ -260,11 +303,17 @@ arrivals = st.lists(
     lateness_s=st.integers(0, 10),
     dynamic=st.booleans(),
     gap_s=st.integers(1, 8),
+    max_duration_s=st.sampled_from([None, 7, 20]),
 )
 def test_any_stream_reconciles_and_after_the_merge_equals_a_batch_sessionization(
-    stream, cuts, bound_s, lateness_s, dynamic, gap_s
+    stream, cuts, bound_s, lateness_s, dynamic, gap_s, max_duration_s
 ):
-    spec = SessionSpec.dynamic("gap", 8 * SECOND) if dynamic else SessionSpec.fixed(gap_s * SECOND)
+    every = None if max_duration_s is None else max_duration_s * SECOND
+    spec = (
+        SessionSpec(gap_column="gap", max_gap_ms=8 * SECOND, max_duration_ms=every)
+        if dynamic
+        else SessionSpec(gap_ms=gap_s * SECOND, max_duration_ms=every)
+    )
     records = [
         at(seconds, key, partition, gap=gap * SECOND) if dynamic else at(seconds, key, partition)
         for seconds, key, partition, gap in stream
@@ -277,9 +326,10 @@ def test_any_stream_reconciles_and_after_the_merge_equals_a_batch_sessionization
     # Every record once: in a session, or in the quarantine.
     assert counted + len(model.quarantined) == len(records)
     assert sum(n for found in extents(model).values() for _, n in found) == counted
-    # No session touches another of its key: none duplicates a closed one.
+    # No session touches another of its key (they may meet at a cut): none duplicates a closed one.
     for found in extents(model).values():
-        assert all(a.end < b.start for (a, _), (b, _) in itertools.pairwise(found)), found
+        for (a, _), (b, _) in itertools.pairwise(found):
+            assert a.end < b.start or (every and a.end == b.start and b.start % every == 0), found
 
     model.fold_late()
     expected = {}
@@ -289,7 +339,8 @@ def test_any_stream_reconciles_and_after_the_merge_equals_a_batch_sessionization
             for r in records
             if r.payload["id"] == key
         ]
-        expected[(key,)] = [(Window(a, b), n) for a, b, n in naive_sessions(protos)]
+        batch = naive_sessions(protos) if every is None else naive_cut_sessions(protos, every)
+        expected[(key,)] = [(Window(a, b), n) for a, b, n in batch]
     assert extents(model) == expected
     # Identity: from a merged session, merged_into leads to a session not merged itself.
     result = model.result()

@@ -30,12 +30,30 @@ def test_runs_fall_in_the_sessions_the_naive_rule_makes_of_their_spans(found):
         )
         for index, (start, length, records) in enumerate(found)
     ]
-    number_of, count = whole_sessions(units)
+    number_of, count = whole_sessions(units, None)
     expected = naive_sessions([(u.start_ms, u.end_ms) for u in units])
     assert count == len(expected)
     for unit in units:
         start, end, _ = sorted(expected)[number_of[(unit.version, unit.run)]]
         assert start <= unit.start_ms and unit.end_ms <= end
+
+
+def test_runs_that_meet_at_a_cut_are_in_two_sessions():
+    units = [
+        Unit(
+            version=0,
+            run=run,
+            start_ms=start,
+            end_ms=end,
+            records=1,
+            first_member=0,
+            member_ts=(),
+            member_end=(),
+        )
+        for run, (start, end) in enumerate([(50, 60), (60, 65), (64, 70)])
+    ]
+    assert whole_sessions(units, 60) == ({(0, 0): 0, (0, 1): 1, (0, 2): 1}, 2)
+    assert whole_sessions(units, None)[1] == 1
 
 
 NEWEST = [1_000, 5_000, 5_000, 9_000]  # the newest event time after each of four steps
