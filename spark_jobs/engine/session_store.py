@@ -277,13 +277,13 @@ def rows_by_key(frame: pd.DataFrame, key: Sequence[str], fields: Sequence[str]) 
 
 
 def per_key(
-    stored_sessions: DataFrame, records: DataFrame, config: PipelineConfig, rule: KeyRule, schema: str
+    stored_sessions: DataFrame, runs: DataFrame, config: PipelineConfig, rule: KeyRule, schema: str
 ) -> DataFrame:
     """``rule(key, its stored sessions, its runs)`` (:func:`judge_key`, :func:`fold_key`)
-    over every key with sessions or records (``records``: :func:`numbered` data
-    records), as rows of ``schema`` (:func:`judged_schema`'s, or another that starts
-    with the key). The keys go to Python a shuffle partition's worth at a time, not a
-    key at a time: each call costs PySpark milliseconds of its own."""
+    over every key with sessions or runs (``runs``: :func:`run_units`), as rows of
+    ``schema`` (:func:`judged_schema`'s, or another that starts with the key). The keys
+    go to Python a shuffle partition's worth at a time, not a key at a time: each call
+    costs PySpark milliseconds of its own."""
     key = list(config.key)
     columns = [field.split(" ")[0].strip("`") for field in schema.split(", ")]
 
@@ -312,7 +312,7 @@ def per_key(
         "merged_into",
         "tier",
     ).withColumn("bucket", bucket)
-    units = run_units(records, config).withColumn("bucket", bucket)
+    units = runs.select(*key, *Unit._fields).withColumn("bucket", bucket)
     return stored.groupBy("bucket").cogroup(units.groupBy("bucket")).applyInPandas(apply, schema)
 
 
@@ -338,9 +338,10 @@ def numbered(records: DataFrame, config: PipelineConfig) -> DataFrame:
     )
 
 
-def run_units(records: DataFrame, config: PipelineConfig) -> DataFrame:
-    """A row per run of :func:`numbered` records: its span, size, first member, and
-    its records' proto-sessions in member order (read only where it is split)."""
+def run_units(records: DataFrame, config: PipelineConfig, measures: bool = True) -> DataFrame:
+    """A row per run of :func:`numbered` records: its span, size, first member, its
+    records' proto-sessions in member order (read only where it is split), and with
+    ``measures`` its records' partial aggregates (one pass over the records for both)."""
     members = F.sort_array(F.collect_list(F.struct("member", "ts_ms", "end_ms")))
     return (
         records.groupBy(*config.key, "version", "run")
@@ -350,6 +351,7 @@ def run_units(records: DataFrame, config: PipelineConfig) -> DataFrame:
             F.count(F.lit(1)).alias("records"),
             F.min("member").alias("first_member"),
             members.alias("members"),
+            *(partial_aggregates(config) if measures else ()),
         )
         .withColumn("member_ts", F.transform("members", lambda member: member["ts_ms"]))
         .withColumn("member_end", F.transform("members", lambda member: member["end_ms"]))
@@ -358,13 +360,13 @@ def run_units(records: DataFrame, config: PipelineConfig) -> DataFrame:
 
 
 def judged_sessions(
-    live_sessions: DataFrame, records: DataFrame, config: PipelineConfig, steps: Sequence[Step]
+    live_sessions: DataFrame, runs: DataFrame, config: PipelineConfig, steps: Sequence[Step]
 ) -> DataFrame:
-    """:func:`judge_key` over every key with live sessions or records."""
+    """:func:`judge_key` over every key with live sessions or runs (:func:`run_units`)."""
     limits = Limits.of(config)
     return per_key(
         live_sessions,
-        records,
+        runs,
         config,
         lambda key, live, arrived: judge_key(key, live, arrived, steps, limits),
         judged_schema(config),
@@ -372,10 +374,16 @@ def judged_sessions(
 
 
 def updated_sessions(
-    stored_sessions: DataFrame, judged: DataFrame, records: DataFrame, registry: TableRegistry, now: datetime
+    stored_sessions: DataFrame,
+    judged: DataFrame,
+    runs: DataFrame,
+    records: DataFrame,
+    registry: TableRegistry,
+    now: datetime,
 ) -> DataFrame:
-    """Every session a judgement (:func:`per_key`) speaks of, as silver rows: measures
-    combined from the states and new records that flow into each."""
+    """Every session a judgement (:func:`per_key`, persisted) speaks of, as silver rows:
+    measures combined from the states and new records that flow into each (a whole
+    run's from ``runs``, :func:`run_units`; a split run's records' from ``records``)."""
     config = registry.config
     key = list(config.key)
     measures = combined_measures(config)
@@ -386,19 +394,19 @@ def updated_sessions(
     )
     joined = judged.where(F.col("kind") == JOINED)
     whole, split = verdicts(joined, config, "targets")
-    runs = (
-        records.groupBy(*key, "version", "run")
-        .agg(*partial_aggregates(config))
-        .join(whole, [*key, "version", "run"])
-    )
-    members = (
-        records.join(split, [*key, "version", "member"])
-        .groupBy(*key, "version", "member", "targets")
-        .agg(*partial_aggregates(config))
-    )
-    new_states = runs.unionByName(members.drop("member"), allowMissingColumns=True).select(
+    new_states = runs.join(whole, [*key, "version", "run"]).select(
         *key, F.explode("targets").alias("target"), *states
     )
+    # Runs are split only where they touch a tombstone: most batches read no record here.
+    if not split.isEmpty():
+        members = (
+            records.join(split, [*key, "version", "member"])
+            .groupBy(*key, "version", "member", "targets")
+            .agg(*partial_aggregates(config))
+        )
+        new_states = new_states.unionByName(
+            members.select(*key, F.explode("targets").alias("target"), *states)
+        )
     combined = (
         old_states.unionByName(new_states)
         .groupBy(*key, "target")
@@ -465,15 +473,19 @@ def write_sessions(
     ``records``: :func:`numbered` data records."""
     config = registry.config
     judgements: list[DataFrame] = []
+    runs = run_units(records, config).persist()
 
     def rows_from(live: DataFrame) -> DataFrame:
-        judged = judged_sessions(live, records, config, steps_of(plan)).persist()
+        judged = judged_sessions(live, runs, config, steps_of(plan)).persist()
         judgements.append(judged)
-        return updated_sessions(live, judged, records, registry, now)
+        return updated_sessions(live, judged, runs, records, registry, now)
 
-    retry_on_conflict(
-        lambda: live_writer(registry).overwrite(spark, rows_from, label), "silver sessions write"
-    )
+    try:
+        retry_on_conflict(
+            lambda: live_writer(registry).overwrite(spark, rows_from, label), "silver sessions write"
+        )
+    finally:
+        runs.unpersist()
     for stale in judgements[:-1]:
         stale.unpersist()
     return judgements[-1]
@@ -487,15 +499,22 @@ def fire_due_sessions(
     watermark changes nothing, so a step repeated after a crash needs no transaction id."""
     config = registry.config
     no_records = numbered(spark.createDataFrame([], record_schema(registry)), config)
+    no_runs = run_units(no_records, config)
     steps = [Step(-1, watermark, watermark)]
+    judgements: list[DataFrame] = []
 
     def rows_from(live: DataFrame) -> DataFrame:
-        judged = judged_sessions(live, no_records, config, steps)
-        return updated_sessions(live, judged, no_records, registry, now)
+        judged = judged_sessions(live, no_runs, config, steps).persist()
+        judgements.append(judged)
+        return updated_sessions(live, judged, no_runs, no_records, registry, now)
 
-    retry_on_conflict(
-        lambda: live_writer(registry).overwrite(spark, rows_from, label), "silver sessions firing"
-    )
+    try:
+        retry_on_conflict(
+            lambda: live_writer(registry).overwrite(spark, rows_from, label), "silver sessions firing"
+        )
+    finally:
+        for judged in judgements:
+            judged.unpersist()
 
 
 def judgement_before(
@@ -509,7 +528,8 @@ def judgement_before(
     ``commit``: against the live sessions as the version before it left them, which are
     those the commit read (a commit that changed them in between would have failed it)."""
     live = rows_as_of(spark, registry.silver.path, commit - 1, live_writer(registry).predicate)
-    return judged_sessions(live, records, registry.config, steps_of(plan)).persist()
+    runs = run_units(records, registry.config)
+    return judged_sessions(live, runs, registry.config, steps_of(plan)).persist()
 
 
 def late_records(records: DataFrame, judged: DataFrame, config: PipelineConfig) -> DataFrame:
@@ -577,13 +597,21 @@ def fold_late_sessions(
     def fold(key: tuple, stored: pd.DataFrame, arrived: pd.DataFrame) -> Iterator[dict]:
         return fold_key(key, stored, arrived, watermark, limits)
 
+    runs = run_units(records, config)
+    folds: list[DataFrame] = []
+
     def rows_from(stored: DataFrame) -> DataFrame:
-        folded = per_key(stored, records, config, fold, judged_schema(config))
-        return updated_sessions(stored, folded, records, registry, now)
+        folded = per_key(stored, runs, config, fold, judged_schema(config)).persist()
+        folds.append(folded)
+        return updated_sessions(stored, folded, runs, records, registry, now)
 
     path = registry.silver.path
-    return retry_on_conflict(
-        lambda: rewrite_files(spark, path, of_keys(config, keys), rows_from, label, txn),
-        "silver write of late records",
-        (spark, path),
-    )
+    try:
+        return retry_on_conflict(
+            lambda: rewrite_files(spark, path, of_keys(config, keys), rows_from, label, txn),
+            "silver write of late records",
+            (spark, path),
+        )
+    finally:
+        for folded in folds:
+            folded.unpersist()

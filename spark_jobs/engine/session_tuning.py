@@ -37,6 +37,7 @@ from spark_jobs.engine.session_store import (
     numbered,
     per_key,
     proto_end,
+    run_units,
     steps_of,
     verdicts,
 )
@@ -170,7 +171,8 @@ def tune_sessions(
             ) -> Iterator[dict]:
                 return tune_key(key, units, walks, newest)
 
-            rows = per_key(no_sessions, data, config, rule, tuned_schema(config)).persist()
+            runs = run_units(data, config, measures=False)
+            rows = per_key(no_sessions, runs, config, rule, tuned_schema(config)).persist()
             tuned.append(rows)
             judged.append((data, rows))
         late_by_partition = quarantined_by_partition(judged, config)

@@ -13,9 +13,10 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_jobs.config import parse_pipeline
 from spark_jobs.engine.gold_store import feed_keys
-from spark_jobs.engine.late_merge import TimeRange, merge_late
+from spark_jobs.engine.late_merge import TimeRange, dry_run, merge_late
 from spark_jobs.eventtime.sessions import MERGED, ReferenceSessions
 from spark_jobs.generator import land_files
+from spark_jobs.lakehouse.log import table_version
 from spark_jobs.tables import TableRegistry
 from spark_jobs.transforms.gold import rollup
 from tests.integration.engine import BASE_MS, engine_document, model_batches, run_jobs
@@ -114,7 +115,7 @@ def gold_table(spark, registry: TableRegistry) -> dict:
 
 
 def test_an_allowed_late_record_bridging_two_fired_sessions_merges_them_and_gold_follows_them(
-    spark, tmp_path
+    spark, tmp_path, capsys
 ):
     """The bridge revises the earlier session and marks the later one merged into it;
     the gold stream drops the later one's grain, and a late merge that moves a closed
@@ -135,6 +136,18 @@ def test_an_allowed_late_record_bridging_two_fired_sessions_merges_them_and_gold
     # d1's second session merged into the first: grain 5 has no session left.
     assert gold_table(spark, registry) == {0: (3, 1, 1, 3.0), 10: (1, 1, 1, 1.0)}
     land_and_run(spark, registry, batches[3])
+
+    # A dry run speaks of the one pending record, its key, and the gold key its key's
+    # fired and closed sessions count in (d2's [10, 13) in grain 10); it writes nothing.
+    tables = (registry.silver.path, registry.gold.path, registry.quarantine.path)
+    untouched = [table_version(spark, path) for path in tables]
+    report = dry_run(spark, registry, TimeRange())
+    out = capsys.readouterr().out
+    assert (report.records, report.windows, report.gold_keys) == (1, 1, 1)
+    assert (
+        "pending late records: 1\n" in out and "keys whose sessions they extend, bridge or start: 1\n" in out
+    )
+    assert [table_version(spark, path) for path in tables] == untouched
 
     merge_late(spark, registry, TimeRange())
     # d2's closed session now starts at 8 s: it left grain 10 for grain 5.
