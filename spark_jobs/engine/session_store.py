@@ -197,7 +197,9 @@ def arrivals_of(
         if tombstone is None or not touches(span, tombstone, max_duration_ms):
             found.append(Arrival(unit.run, -1, unit.records, span))
             continue
-        ends = zip(unit.member_ts, unit.member_end, strict=True)
+        # Members are numbered in order of (ts, end): records that tie have one extent,
+        # so they share a verdict, and which member number each takes does not matter.
+        ends = sorted(zip(unit.member_ts, unit.member_end, strict=True))
         found += [
             Arrival(unit.run, unit.first_member + index, 1, Window(int(ts), int(end)))
             for index, (ts, end) in enumerate(ends)
@@ -340,22 +342,19 @@ def numbered(records: DataFrame, config: PipelineConfig) -> DataFrame:
 
 def run_units(records: DataFrame, config: PipelineConfig, measures: bool = True) -> DataFrame:
     """A row per run of :func:`numbered` records: its span, size, first member, its
-    records' proto-sessions in member order (read only where it is split), and with
-    ``measures`` its records' partial aggregates (one pass over the records for both)."""
-    members = F.sort_array(F.collect_list(F.struct("member", "ts_ms", "end_ms")))
-    return (
-        records.groupBy(*config.key, "version", "run")
-        .agg(
-            F.min("ts_ms").alias("start_ms"),
-            F.max("end_ms").alias("end_ms"),
-            F.count(F.lit(1)).alias("records"),
-            F.min("member").alias("first_member"),
-            members.alias("members"),
-            *(partial_aggregates(config) if measures else ()),
-        )
-        .withColumn("member_ts", F.transform("members", lambda member: member["ts_ms"]))
-        .withColumn("member_end", F.transform("members", lambda member: member["end_ms"]))
-        .drop("members")
+    records' proto-sessions (read only where it is split), and with ``measures`` its
+    records' partial aggregates (one pass over the records for all)."""
+    return records.groupBy(*config.key, "version", "run").agg(
+        F.min("ts_ms").alias("start_ms"),
+        F.max("end_ms").alias("end_ms"),
+        F.count(F.lit(1)).alias("records"),
+        F.min("member").alias("first_member"),
+        # Two lists that one aggregation fills a record at a time, so they stay paired,
+        # in no particular order (:func:`arrivals_of` sorts them): a sorted list of
+        # structs costs every batch more, for the few runs that are ever split.
+        F.collect_list("ts_ms").alias("member_ts"),
+        F.collect_list("end_ms").alias("member_end"),
+        *(partial_aggregates(config) if measures else ()),
     )
 
 
@@ -459,6 +458,41 @@ def steps_of(plan: Sequence[VersionClock]) -> list[Step]:
     return [Step(clock.version, clock.watermark_before, clock.watermark_after) for clock in plan]
 
 
+def replace_live(
+    spark: SparkSession,
+    registry: TableRegistry,
+    records: DataFrame,
+    steps: Sequence[Step],
+    label: str,
+    now: datetime,
+    what: str,
+) -> DataFrame:
+    """Replace the live sessions with what ``records`` (:func:`numbered` data records)
+    make of them through ``steps``, in one Delta commit labelled ``label`` (retried on
+    a conflict as ``what``); returns the judgement it committed (persisted: the caller
+    unpersists it)."""
+    config = registry.config
+    runs = run_units(records, config).persist()
+    judgements: list[DataFrame] = []
+
+    def rows_from(live: DataFrame) -> DataFrame:
+        judged = judged_sessions(live, runs, config, steps).persist()
+        judgements.append(judged)
+        return updated_sessions(live, judged, runs, records, registry, now)
+
+    try:
+        retry_on_conflict(lambda: live_writer(registry).overwrite(spark, rows_from, label), what)
+    except BaseException:
+        for judged in judgements:
+            judged.unpersist()
+        raise
+    finally:
+        runs.unpersist()
+    for stale in judgements[:-1]:
+        stale.unpersist()
+    return judgements[-1]
+
+
 def write_sessions(
     spark: SparkSession,
     registry: TableRegistry,
@@ -471,24 +505,7 @@ def write_sessions(
     Delta commit labelled ``label``; returns the judgement it committed (persisted:
     the caller unpersists it), whose ``late`` rows are the batch's quarantine.
     ``records``: :func:`numbered` data records."""
-    config = registry.config
-    judgements: list[DataFrame] = []
-    runs = run_units(records, config).persist()
-
-    def rows_from(live: DataFrame) -> DataFrame:
-        judged = judged_sessions(live, runs, config, steps_of(plan)).persist()
-        judgements.append(judged)
-        return updated_sessions(live, judged, runs, records, registry, now)
-
-    try:
-        retry_on_conflict(
-            lambda: live_writer(registry).overwrite(spark, rows_from, label), "silver sessions write"
-        )
-    finally:
-        runs.unpersist()
-    for stale in judgements[:-1]:
-        stale.unpersist()
-    return judgements[-1]
+    return replace_live(spark, registry, records, steps_of(plan), label, now, "silver sessions write")
 
 
 def fire_due_sessions(
@@ -497,24 +514,9 @@ def fire_due_sessions(
     """Fire and close the live sessions for a watermark step that brings no records
     (end of input, idleness), in one commit labelled ``label``. Settling twice at one
     watermark changes nothing, so a step repeated after a crash needs no transaction id."""
-    config = registry.config
-    no_records = numbered(spark.createDataFrame([], record_schema(registry)), config)
-    no_runs = run_units(no_records, config)
+    no_records = numbered(spark.createDataFrame([], record_schema(registry)), registry.config)
     steps = [Step(-1, watermark, watermark)]
-    judgements: list[DataFrame] = []
-
-    def rows_from(live: DataFrame) -> DataFrame:
-        judged = judged_sessions(live, no_runs, config, steps).persist()
-        judgements.append(judged)
-        return updated_sessions(live, judged, no_runs, no_records, registry, now)
-
-    try:
-        retry_on_conflict(
-            lambda: live_writer(registry).overwrite(spark, rows_from, label), "silver sessions firing"
-        )
-    finally:
-        for judged in judgements:
-            judged.unpersist()
+    replace_live(spark, registry, no_records, steps, label, now, "silver sessions firing").unpersist()
 
 
 def judgement_before(
