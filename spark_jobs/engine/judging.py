@@ -70,12 +70,12 @@ def timed_records(changes: DataFrame, registry: TableRegistry) -> DataFrame:
 COORDINATES = ("event_id", "source_file", "source_offset", "ingest_time")
 
 
-def judged_columns(records: DataFrame) -> DataFrame:
-    """Timed ``records`` (:func:`timed_records`) without their :data:`COORDINATES`:
-    what a silver batch keeps in memory. A Delta change feed's micro-batch is an RDD
-    that no projection prunes, and caching its unique ids and file paths, which only
-    a late record's quarantine row needs, would slow every batch."""
-    return records.drop(*COORDINATES)
+def judged_columns(records: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
+    """Timed ``records`` (:func:`timed_records`) without their :data:`COORDINATES`
+    (but those in ``keep``): what a silver batch keeps in memory. A Delta change feed's
+    micro-batch is an RDD that no projection prunes, and caching its unique ids and
+    file paths, which only a late record's quarantine row needs, would slow every batch."""
+    return records.drop(*(name for name in COORDINATES if name not in keep))
 
 
 def version_summary(

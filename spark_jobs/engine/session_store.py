@@ -340,6 +340,12 @@ def numbered(records: DataFrame, config: PipelineConfig) -> DataFrame:
     )
 
 
+def numbered_data(records: DataFrame, config: PipelineConfig) -> DataFrame:
+    """A batch's timed records (:func:`~spark_jobs.engine.judging.timed_records`) as
+    :func:`numbered` data records, each with its proto-session's end."""
+    return numbered(records.where(~F.col("is_marker")).withColumn("end_ms", proto_end(config.window)), config)
+
+
 def run_units(records: DataFrame, config: PipelineConfig, measures: bool = True) -> DataFrame:
     """A row per run of :func:`numbered` records: its span, size, first member, its
     records' proto-sessions (read only where it is split), and with ``measures`` its

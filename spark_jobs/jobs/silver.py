@@ -66,8 +66,7 @@ from spark_jobs.engine.session_store import (
     LATE,
     judgement_before,
     late_records,
-    numbered,
-    proto_end,
+    numbered_data,
     write_sessions,
 )
 from spark_jobs.engine.watermark_steps import flush
@@ -147,8 +146,8 @@ class SilverBatchWriter(BatchWriter):
         now = datetime.now(UTC)
         timed = timed_records(batch, registry)
         windows = config.window if isinstance(config.window, WindowSpec) else None
-        # Sessions are judged key by key from the start: each record keeps its coordinates.
-        records = (timed if windows is None else judged_columns(timed)).persist()
+        # A session's records are numbered in order of time and event id.
+        records = judged_columns(timed, () if windows else ("event_id",)).persist()
         try:
             summary = version_summary(records, config.watermark.needs_disorder, windows)
             if not summary:
@@ -175,7 +174,7 @@ class SilverBatchWriter(BatchWriter):
                 source_reports(spark, registry, summary[0].version, last_version),
             )
             if windows is None:
-                per_version = self.sessions_batch(records, plan, batch_id, now)
+                per_version = self.sessions_batch(records, timed, plan, batch_id, now)
             else:
                 per_version = self.windows_batch(records, timed, summary, plan, batch_id, now)
             append_batch_history(spark, registry, plan, per_version, tracker, history_label(self.app_id))
@@ -241,15 +240,13 @@ class SilverBatchWriter(BatchWriter):
         return per_version(plan, counts)
 
     def sessions_batch(
-        self, records: DataFrame, plan: list[VersionClock], batch_id: int, now: datetime
+        self, records: DataFrame, timed: DataFrame, plan: list[VersionClock], batch_id: int, now: datetime
     ) -> dict[int, tuple[int, int]]:
         """Judge the records key by key against the live sessions, write the sessions and
         the quarantine; per version, its (on-time, late) records."""
         spark, registry = self.spark, self.context.registry
         config = registry.config
-        data = numbered(
-            records.where(~F.col("is_marker")).withColumn("end_ms", proto_end(config.window)), config
-        )
+        data = numbered_data(records, config)
         landed = self.landed_commit(registry.silver, batch_id)
         if landed is None:
             judged = write_sessions(spark, registry, data, plan, self.label(batch_id), now)
@@ -267,9 +264,11 @@ class SilverBatchWriter(BatchWriter):
                 .collect()
             }
             if any(is_late and n for (_, is_late), n in counts.items()):
-                # After the sessions, as for windows.
+                # After the sessions, as for windows. Numbered again from the whole batch,
+                # which carries the records' coordinates: into the same runs and members.
+                late = late_records(numbered_data(timed, config), judged, config)
                 self.append_once(
-                    quarantine_rows(late_records(data, judged, config), registry, now, SESSION_CLOSED),
+                    quarantine_rows(late, registry, now, SESSION_CLOSED),
                     registry.quarantine,
                     batch_id,
                 )
