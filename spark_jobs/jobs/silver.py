@@ -146,8 +146,12 @@ class SilverBatchWriter(BatchWriter):
         now = datetime.now(UTC)
         timed = timed_records(batch, registry)
         windows = config.window if isinstance(config.window, WindowSpec) else None
-        # A session's records are numbered in order of time and event id.
-        records = judged_columns(timed, () if windows else ("event_id",)).persist()
+        # Windows read the records many times, so they are cached. Sessions read them
+        # twice (the clock's summary, then the runs), and a second scan costs less than
+        # building the cache; their records are numbered in order of time and event id.
+        records = judged_columns(timed) if windows else judged_columns(timed, ("event_id",))
+        if windows:
+            records = records.persist()
         try:
             summary = version_summary(records, config.watermark.needs_disorder, windows)
             if not summary:
