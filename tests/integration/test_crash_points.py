@@ -21,10 +21,13 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.engine import late_merge, watermark_steps
+from spark_jobs.eventtime.sessions import MERGED
+from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.faults import CRASH_AFTER_VARIABLE, CRASH_BY_VARIABLE, INJECTED_CRASHES, InjectedCrash
 from spark_jobs.generator import land_files
 from spark_jobs.jobs import silver
 from spark_jobs.tables import TableRegistry
+from spark_jobs.transforms.gold import count_column
 from tests.integration.engine import BASE_MS, engine_config, payload, run_job_once, window_pairs_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -47,6 +50,9 @@ FIRST = [at(3, 0), at(25, 0), at(3, 1), at(25, 1)]
 LATER = [at(2, 0), at(27, 0), at(60, 0), at(27, 1), at(40, 1)]
 
 SILVER_WRITES = ["silver:windows", "silver:history", "silver:clocks"]
+# The idleness step's, the end of input's and gold's after them; the late merge's own.
+STEP_WRITES = ["idle:fire", "idle:history", "idle:clocks", "flush:fire", "flush:history", "gold:gold"]
+MERGE_WRITES = ["merge_late:claim", "merge_late:silver", "merge_late:gold", "merge_late:mark"]
 # Where each job crashes, per micro-batch (0, 1) and after the batches ("end": the
 # idleness step, the end of input, offline detection after it): right after each of
 # its writes in turn, each restart replaying what the crash left. A crash after write
@@ -65,19 +71,11 @@ PLAN = {
         "offline:state",
     ],
     "end": [
-        "idle:fire",
-        "idle:history",
-        "idle:clocks",
-        "flush:fire",
-        "flush:history",
-        "gold:gold",
+        *STEP_WRITES,
         "offline:events",
         # After a crash at its claim, a rerun finishes that run's silver, gold and mark
         # before it claims the late tracks.
-        "merge_late:claim",
-        "merge_late:silver",
-        "merge_late:gold",
-        "merge_late:mark",
+        *MERGE_WRITES,
         "merge_late:claim_tracks",
         "merge_late:rederive",
     ],
@@ -128,34 +126,43 @@ def stream(spark, registry: TableRegistry, job: str):
     return run
 
 
-def scenario(spark, tmp_path, monkeypatch, plan: dict, watermark: dict = WATERMARK) -> dict:
-    """Two micro-batches through bronze, silver and offline detection, an idleness
-    step, the end of input and offline detection after it; crashed right after each
-    write ``plan`` names for a micro-batch (or "end"), and restarted. Returns the
-    tables' contents."""
+def scenario(
+    spark,
+    tmp_path,
+    monkeypatch,
+    plan: dict,
+    watermark: dict = WATERMARK,
+    window: dict = TUMBLING_10S,
+) -> dict:
+    """Two micro-batches through bronze, silver, gold and (for windows) offline
+    detection, an idleness step, the end of input, gold and offline detection after it,
+    and the late merge; crashed right after each write ``plan`` names for a micro-batch
+    (or "end"), and restarted. Returns the tables' contents (:func:`tables`)."""
+    sessions = window["type"] == "session"
     config = engine_config(
-        TUMBLING_10S,
+        window,
         watermark,
         "0s",
-        offline={"timeout": "30m", "key": ["device_id"]},
+        offline=None if sessions else {"timeout": "30m", "key": ["device_id"]},
         gold={"name": "minutely", "grain": "1m", "group_by": ["region"]},
     )
     registry = TableRegistry(config, str(tmp_path / config.name))
+    jobs = ("bronze", "silver", "gold") if sessions else ("bronze", "silver", "gold", "offline")
     batches = [FIRST, LATER]
     for index, records in enumerate(batches):
         lines = [json.dumps(record) for record in records]
         land_files([[*lines, MALFORMED] if index else lines], registry.landing_path, "json")
-        for job in ("bronze", "silver", "gold", "offline"):
+        for job in jobs:
             run_crashing(monkeypatch, crash_in(plan, index, job), stream(spark, registry, job))
     for what, action in (
         ("idle", lambda: watermark_steps.advance_idle(spark, registry, datetime.now(UTC))),
         ("flush", lambda: watermark_steps.flush(spark, registry)),
-        ("gold", stream(spark, registry, "gold")),
-        ("offline", stream(spark, registry, "offline")),
+        *((job, stream(spark, registry, job)) for job in jobs[2:]),
         ("merge_late", lambda: late_merge.merge_late(spark, registry, late_merge.TimeRange())),
     ):
         run_crashing(monkeypatch, crash_in(plan, "end", what), action)
-    return tables(spark, registry, [record for batch in batches for record in batch])
+    records = [record for batch in batches for record in batch]
+    return tables(spark, registry, records)
 
 
 def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
@@ -165,26 +172,29 @@ def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
         frame = spark.read.format("delta").load(path).where(where).selectExpr(*columns)
         return Counter(tuple(row) for row in frame.collect())
 
-    pipeline = f"pipeline = '{registry.config.name}'"
+    config = registry.config
+    sessions = isinstance(config.window, SessionSpec)
+    pipeline = f"pipeline = '{config.name}'"
+    extent = (
+        ("session_id", "unix_millis(session_start)", "unix_millis(session_end)")
+        if sessions
+        else ("unix_millis(window_start)", "region", "device_id")
+    )
+    lifecycle = (
+        ("revision", "status", "merged_into", "tier")
+        if sessions
+        else ("revision", "status", "late_merged_count")
+    )
     contents = {
         "bronze": rows(registry.bronze.path, "source_partition", "ts", "device_id", "battery"),
         "rejects": rows(registry.ops["rejects"].path, "raw_record", "reason", where=pipeline),
-        "silver": rows(
-            registry.silver.path,
-            "unix_millis(window_start)",
-            "region",
-            "device_id",
-            "record_count",
-            *registry.config.measure_columns,
-            "revision",
-            "status",
-            "late_merged_count",
-        ),
+        "silver": rows(registry.silver.path, *extent, "record_count", *config.measure_columns, *lifecycle),
         "quarantine": rows(
             registry.quarantine.path,
             "source_partition",
             "ts",
             "unix_millis(window_start)",
+            "unix_millis(window_end)",
             "watermark",
             "lateness_ms",
             "status",
@@ -196,9 +206,9 @@ def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
             "unix_millis(grain_start)",
             "region",
             "record_count",
-            "window_count",
+            count_column(config),
             "key_count",
-            *registry.config.measure_columns,
+            *config.measure_columns,
         ),
         "history": rows(
             registry.ops["watermark_history"].path,
@@ -212,13 +222,6 @@ def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
             "c.partition_watermark, c.is_idle, c.is_aligned, c.generator_state)))",
             where=pipeline,
         ),
-        "status_events": rows(
-            registry.status_events.path, "device_id", "status", "unix_millis(event_time)", "watermark"
-        ),
-        "late_tracks": rows(
-            registry.late_tracks.path, "device_id", "ts", "watermark", "lateness_ms", "status"
-        ),
-        "offline_state": rows(registry.offline_state.path, "kind", "device_id", "ts_ms", "status", "version"),
         "clocks": rows(
             registry.ops["watermarks"].path,
             "source_partition",
@@ -230,15 +233,33 @@ def tables(spark, registry: TableRegistry, records: list[dict]) -> dict:
             where=pipeline,
         ),
     }
-    # Nothing lost, nothing doubled: every input line is a reject or a bronze row; every
-    # (record, window) pair is counted once, on time in silver or in the quarantine; and
-    # silver holds each merged quarantine row once more, as a late-merged record.
+    if config.offline is not None:
+        contents |= {
+            "status_events": rows(
+                registry.status_events.path, "device_id", "status", "unix_millis(event_time)", "watermark"
+            ),
+            "late_tracks": rows(
+                registry.late_tracks.path, "device_id", "ts", "watermark", "lateness_ms", "status"
+            ),
+            "offline_state": rows(
+                registry.offline_state.path, "kind", "device_id", "ts_ms", "status", "version"
+            ),
+        }
+    # Nothing lost, nothing doubled: every input line is a reject or a bronze row.
     assert sum(contents["bronze"].values()) + sum(contents["rejects"].values()) == len(records) + 1
     silver_table = spark.read.format("delta").load(registry.silver.path)
-    counted, late_merged = silver_table.selectExpr("sum(record_count)", "sum(late_merged_count)").first()
     quarantined = sum(contents["quarantine"].values())
-    assert counted - late_merged + quarantined == window_pairs_of(registry.config, records)
     merged = sum(n for row, n in contents["quarantine"].items() if row[-1] == "merged")
+    if sessions:
+        # Every record once: in a session not merged away (merged late records
+        # included), or in the quarantine, still pending.
+        held = silver_table.where(f"status != '{MERGED}'").selectExpr("sum(record_count)").first()[0]
+        assert held + quarantined - merged == len(records)
+        return contents
+    # Every (record, window) pair once, on time in silver or in the quarantine; and
+    # silver holds each merged quarantine row once more, as a late-merged record.
+    counted, late_merged = silver_table.selectExpr("sum(record_count)", "sum(late_merged_count)").first()
+    assert counted - late_merged + quarantined == window_pairs_of(config, records)
     assert late_merged == merged
     return contents
 
