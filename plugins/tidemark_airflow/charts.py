@@ -222,10 +222,14 @@ def late_share_chart(history: Sequence[dict[str, Any]], fmt_time: Callable[[date
     return Chart("Late share per batch", "late-share", bars=tuple(bars), labels=tuple(labels))
 
 
-def tradeoff_chart(tuning: Sequence[dict[str, Any]], fmt_duration: Callable[[int], str]) -> Chart | None:
+def tradeoff_chart(
+    tuning: Sequence[dict[str, Any]], fmt_duration: Callable[[int], str], sessions: bool = False
+) -> Chart | None:
     """``tidemark tune``'s trade-off for the pipeline's own history (its newest saved
     run): a point per candidate, the share of pairs late (y) against the median delay
-    of a window's first firing after its end (x); None without a saved run that fired."""
+    of a window's first firing after its end (x); for ``sessions``, of records late and
+    of a session's first firing. None without a saved run that fired."""
+    late, extent = ("records", "session") if sessions else ("pairs", "window")
     points = tradeoff_points(tuning)
     if not points:
         return None
@@ -235,7 +239,9 @@ def tradeoff_chart(tuning: Sequence[dict[str, Any]], fmt_duration: Callable[[int
     marks, labels = [], []
     for point in points:
         delay = fmt_duration(round(point.delay_ms))
-        tip = f"{point.label}: {point.late_percent:.2f} % of pairs late; fires {delay} after a window's end"
+        tip = (
+            f"{point.label}: {point.late_percent:.2f} % of {late} late; fires {delay} after a {extent}'s end"
+        )
         marks.append(Mark(x(point.delay_ms), y(point.late_percent), tip))
         labels.append(Label(x(point.delay_ms) + 6, y(point.late_percent) - 6, point.label, "start"))
     labels += [
@@ -250,13 +256,13 @@ def tradeoff_chart(tuning: Sequence[dict[str, Any]], fmt_duration: Callable[[int
         Label(
             (LEFT + WIDTH - RIGHT) / 2,
             HEIGHT - BOTTOM + 32,
-            "first firing after the window's end (median)",
+            f"first firing after the {extent}'s end (median)",
             "middle",
         ),
     ]
     run = tuning[0]
     when = f"{run['tuned_at']:%Y-%m-%d %H:%M} UTC"
-    title = f"Late pairs against firing delay (tidemark tune over {run['history']}, {when})"
+    title = f"Late {late} against firing delay (tidemark tune over {run['history']}, {when})"
     return Chart(
         title, "tradeoff", (Series("candidates", PALETTE[0], "", tuple(marks)),), labels=tuple(labels)
     )

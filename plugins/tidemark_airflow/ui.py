@@ -449,7 +449,7 @@ def present(view: PipelineView, now: datetime) -> dict[str, Any]:
         charts.watermark_chart(history, format_time, format_watermark),
         charts.lag_chart(history, format_time, format_lag),
         charts.late_share_chart(history, format_time),
-        charts.tradeoff_chart(status["tuning"], format_duration),
+        charts.tradeoff_chart(status["tuning"], format_duration, isinstance(view.config.window, SessionSpec)),
     )
     shown.update(
         has_data=has_data(status),

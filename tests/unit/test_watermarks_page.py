@@ -126,6 +126,12 @@ def test_the_tradeoff_chart_puts_each_tuned_candidate_by_its_delay_and_late_shar
     assert charts.tradeoff_chart([tuned("never fired", 0.0, None)], format_duration) is None
 
 
+def test_a_session_pipelines_tradeoff_chart_speaks_of_records_and_sessions():
+    chart = charts.tradeoff_chart([tuned("2s", 0.05, 3_000.0)], format_duration, sessions=True)
+    assert chart.series[0].marks[0].tip == "2s: 5.00 % of records late; fires 3 s after a session's end"
+    assert chart.title.startswith("Late records against firing delay")
+
+
 def test_a_tuned_pipeline_shows_the_tradeoff_chart_with_escaped_candidates():
     config = load_pipeline(PIPELINE)
     history = [step(1, 10_000, {"0": 10_000})]
