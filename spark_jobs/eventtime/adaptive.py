@@ -31,7 +31,8 @@ class AdaptiveBound:
     def __init__(
         self, quantile: float = 0.99, floor: str = "1s", ceiling: str = "5m", initial: str | None = None
     ) -> None:
-        if quantile not in DISORDER_QUANTILES:
+        # ``True == 1``: a boolean is no quantile, whatever the set holds.
+        if isinstance(quantile, bool) or quantile not in DISORDER_QUANTILES:
             problem = f"AdaptiveBound: quantile must be one of {DISORDER_QUANTILES}; got {quantile!r}"
             raise GeneratorError(problem, "options")
         self.quantile = quantile

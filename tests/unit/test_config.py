@@ -429,3 +429,50 @@ def test_a_kafka_source_lands_no_files():
     with pytest.raises(ConfigError, match=r"only a files source lands files") as error:
         parse_pipeline(document)
     assert error.value.field == "source.landed_files"
+
+
+SHIPPED = sorted(PIPELINES.glob("*.yaml")) + sorted(
+    (PIPELINES.parents[1] / "docs" / "examples").glob("*.yaml")
+)
+# Values no field of a pipeline file takes: a list of lists, a map of maps, a negative
+# number, a boolean.
+WRONG_VALUES = ([[]], {"x": {}}, -7, True)
+
+
+def field_paths(document: dict, prefix: tuple = ()) -> list[tuple]:
+    """Every field of a pipeline document, sections and their fields, as key paths."""
+    found = []
+    for name, value in document.items():
+        found.append((*prefix, name))
+        if isinstance(value, dict):
+            found += field_paths(value, (*prefix, name))
+    return found
+
+
+def names(field: str, dotted: str) -> bool:
+    """Whether an error's ``field`` names ``dotted``: the field itself, one inside it
+    (``schema.ts``, ``key[0]``), or the section that holds it (a generator's options)."""
+    return field == dotted or field.startswith((f"{dotted}.", f"{dotted}[")) or dotted.startswith(f"{field}.")
+
+
+@pytest.mark.parametrize("shipped", SHIPPED, ids=[path.name for path in SHIPPED])
+def test_every_field_of_a_shipped_pipeline_file_given_a_wrong_value_is_refused_naming_it(shipped):
+    document = yaml.safe_load(shipped.read_text())
+    unnamed = []
+    for path in field_paths(document):
+        dotted = ".".join(map(str, path))
+        for wrong in WRONG_VALUES:
+            changed = copy.deepcopy(document)
+            section = changed
+            for name in path[:-1]:
+                section = section[name]
+            section[path[-1]] = wrong
+            try:
+                parse_pipeline(changed)
+            except ConfigError as error:
+                if not names(error.field, dotted):
+                    unnamed.append((dotted, wrong, error.field))
+            else:
+                unnamed.append((dotted, wrong, "accepted"))
+    assert unnamed == []
+    assert len(field_paths(document)) >= 12  # the walk reached the file's fields
