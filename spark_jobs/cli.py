@@ -97,6 +97,7 @@ JOBS = {
     "merge-late": "fold pending quarantined late records into silver and gold (batch)",
     "maintenance": "OPTIMIZE and VACUUM a pipeline's Delta tables, report checkpoint sizes (batch)",
     "check-idle": "mark idle partitions, advance quiet streams' watermarks, report stalled streams (batch)",
+    "repair": "remove an incomplete last file of a pipeline's stream checkpoints, where that is safe",
 }
 
 

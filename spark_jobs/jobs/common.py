@@ -19,9 +19,13 @@ from pyspark.sql.streaming import StreamingQuery
 
 from spark_jobs.arguments import BAD_INPUT, TRIGGERS, config_error_message, print_error, with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline, parse_duration
-from spark_jobs.lakehouse.checkpoints import discard_unfinished_first_batch, stream_app_id
+from spark_jobs.lakehouse.checkpoints import (
+    born_ms,
+    damaged_log_files,
+    discard_unfinished_first_batch,
+    stream_app_id,
+)
 from spark_jobs.lakehouse.create import create_missing
-from spark_jobs.lakehouse.files import hadoop_file
 from spark_jobs.lakehouse.log import batch_landed, batch_metadata, newest_stream_commit
 from spark_jobs.lakehouse.runs import RunLog, RunTotals
 from spark_jobs.lakehouse.transaction import Transaction
@@ -218,8 +222,7 @@ class BatchWriter:
 
     def born_ms(self) -> int:
         """When the stream's checkpoint (and with it its app id) was made."""
-        filesystem, metadata = hadoop_file(self.spark, self.context.checkpoint, "metadata")
-        return filesystem.getFileStatus(metadata).getModificationTime()
+        return born_ms(self.spark, self.context.checkpoint)
 
 
 @dataclass
@@ -285,7 +288,10 @@ def run_streams(streams: list[Stream]) -> int:
     for index, (stream, query, log) in enumerate(zip(streams, queries, logs, strict=True)):
         error = query.exception()
         if error is not None:
-            log.ended("failed", stream.totals, str(error)[:2000])
+            hint = repair_hint(stream)
+            if hint:
+                print(f"tidemark {stream.context.job}: {hint}", file=sys.stderr)
+            log.ended("failed", stream.totals, f"{hint} {error}"[:2000] if hint else str(error)[:2000])
         elif index in closing:
             log.ended("failed", stream.totals, closing[index])
         elif stopped or failed:
@@ -293,6 +299,22 @@ def run_streams(streams: list[Stream]) -> int:
         else:
             log.ended("succeeded", stream.totals)
     return 1 if failed or closing else 0
+
+
+def repair_hint(stream: Stream) -> str | None:
+    """What to do about a checkpoint log file a crash of the machine left incomplete
+    (Spark's own error names it, or only the JSON it could not parse); None when the
+    stream's checkpoint is whole."""
+    context = stream.context
+    damaged = damaged_log_files(stream.spark, context.checkpoint)
+    if not damaged:
+        return None
+    files = " and ".join(file.path for file in damaged)
+    return (
+        f"the checkpoint file {files} is damaged; `tidemark repair --pipeline "
+        f"{context.config.source_file or context.config.name} --lakehouse {context.registry.root}` "
+        "removes it where that is safe; then start the job again"
+    )
 
 
 def wait_for_streams(queries: list[StreamingQuery]) -> bool:

@@ -1,14 +1,20 @@
-"""Streaming checkpoints as Tidemark reads them: a query's id (its app id) and the
-leftovers of a first batch a kill interrupted."""
+"""Streaming checkpoints as Tidemark reads them: a query's id (its app id), the
+leftovers of a first batch a kill interrupted, and the last log files a crash of the
+machine left incomplete."""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from spark_jobs.lakehouse.files import hadoop_file, read_text
+from spark_jobs.lakehouse.log import newest_stream_commit
 
 
 def is_unfinished_log_write(name: str) -> bool:
@@ -47,3 +53,128 @@ def stream_app_id(spark: SparkSession, checkpoint: str) -> str:
     from the same checkpoint, new when the checkpoint is reset (so a reset stream,
     whose batch ids restart at 0, is not mistaken for a replay)."""
     return json.loads(read_text(spark, checkpoint, "metadata"))["id"]
+
+
+def is_checkpoint(spark: SparkSession, folder: str) -> bool:
+    """Whether a stream has started from ``folder`` (its id is written first)."""
+    filesystem, metadata = hadoop_file(spark, folder, "metadata")
+    return filesystem.exists(metadata)
+
+
+def born_ms(spark: SparkSession, checkpoint: str) -> int:
+    """When the stream's checkpoint (and with it its app id) was made."""
+    filesystem, metadata = hadoop_file(spark, checkpoint, "metadata")
+    return filesystem.getFileStatus(metadata).getModificationTime()
+
+
+# Spark's streaming logs (offsets/, commits/): a version line, then one JSON entry per
+# line; an offsets file has the batch's metadata and one offset per source ("-": none).
+LOG_VERSION = re.compile(r"v[0-9]+")
+
+
+def is_whole_log_file(text: str, folder: str, previous: str | None) -> bool:
+    """Whether ``text`` is a whole file of the checkpoint's ``folder`` log (offsets or
+    commits), as Spark writes one: a file a crash cut short has fewer entries than its
+    predecessor (``previous``, the batch before's) or an unfinished one."""
+    lines = text.splitlines()
+    if not lines or not LOG_VERSION.fullmatch(lines[0]):
+        return False
+    entries = lines[1:]
+    if folder == "commits":
+        expected = 1
+    elif previous is not None:
+        expected = len(previous.splitlines()) - 1
+    else:
+        expected = max(2, len(entries))  # the metadata and at least one source
+    if len(entries) != expected:
+        return False
+    for entry in entries:
+        if entry == "-":
+            continue
+        try:
+            json.loads(entry)
+        except ValueError:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class DamagedLogFile:
+    """The last file of a checkpoint's offsets or commits log, cut short."""
+
+    folder: str
+    batch_id: int
+    path: str
+
+
+def damaged_log_files(spark: SparkSession, checkpoint: str) -> list[DamagedLogFile]:
+    """The last file of the checkpoint's offsets and commits logs, each where it is
+    not whole (:func:`is_whole_log_file`); a crash writes no other file of them."""
+    filesystem, _ = hadoop_file(spark, checkpoint)
+    found = []
+    for folder in ("offsets", "commits"):
+        _, path = hadoop_file(spark, checkpoint, folder)
+        if not filesystem.exists(path):
+            continue
+        batches = sorted(
+            int(s.getPath().getName()) for s in filesystem.listStatus(path) if s.getPath().getName().isdigit()
+        )
+        if not batches:
+            continue
+        last = batches[-1]
+        previous = read_text(spark, checkpoint, folder, str(batches[-2])) if len(batches) > 1 else None
+        text = checked_text(spark, checkpoint, folder, str(last))
+        if text is None or not is_whole_log_file(text, folder, previous):
+            found.append(
+                DamagedLogFile(folder, last, hadoop_file(spark, checkpoint, folder, str(last))[1].toString())
+            )
+    return found
+
+
+def checked_text(spark: SparkSession, *path: str) -> str | None:
+    """A log file's text; None where its content fails the checksum the file system
+    keeps beside it (a file cut short after it was written whole). Any other error
+    passes: a store that cannot be read says nothing of the file."""
+    try:
+        return read_text(spark, *path)
+    except Py4JJavaError as error:
+        if "ChecksumException" in str(error.java_exception.getClass().getName()):
+            return None
+        raise
+
+
+class UnsafeRepair(RuntimeError):
+    """A damaged file whose removal could lose or double records."""
+
+
+def repair_checkpoint(spark: SparkSession, checkpoint: str, tables: Sequence[str]) -> list[str]:
+    """Remove the checkpoint's damaged log files where that is safe, and return their
+    paths; raise :class:`UnsafeRepair`, removing nothing, where it is not.
+
+    A damaged commits file: its batch reached every table, and each skips a batch it
+    has (Tidemark's writes are labelled with the stream's id and batch): without the
+    file, Spark runs the batch again from its offsets, which writes nothing twice.
+    A damaged offsets file: safe only when none of ``tables`` (the pipeline's) holds a
+    commit of that batch or a later one; Spark then plans the batch afresh. Had a table
+    taken it, a new plan could cover other records than the batch it took."""
+    damaged = damaged_log_files(spark, checkpoint)
+    offsets = [file for file in damaged if file.folder == "offsets"]
+    if offsets:
+        app_id, born = stream_app_id(spark, checkpoint), born_ms(spark, checkpoint)
+        batch = offsets[0].batch_id
+        for table in tables:
+            newest = newest_stream_commit(spark, table, app_id, born)
+            if newest is not None and newest[1] >= batch:
+                raise UnsafeRepair(
+                    f"{offsets[0].path} is damaged, but batch {newest[1]} of this stream committed to "
+                    f"{table}: removing it could make the stream read other records for batch {batch}. "
+                    "It cannot be repaired in place: restore the checkpoint from a backup, or rebuild "
+                    "the tables from the input with tidemark replay "
+                    "(docs/concepts/exactly-once.md#damaged-checkpoint-files)"
+                )
+    removed = []
+    for file in damaged:
+        filesystem, path = hadoop_file(spark, file.path)
+        filesystem.delete(path, False)
+        removed.append(file.path)
+    return removed
