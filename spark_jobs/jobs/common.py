@@ -306,7 +306,13 @@ def repair_hint(stream: Stream) -> str | None:
     (Spark's own error names it, or only the JSON it could not parse); None when the
     stream's checkpoint is whole."""
     context = stream.context
-    damaged = damaged_log_files(stream.spark, context.checkpoint)
+    try:
+        damaged = damaged_log_files(stream.spark, context.checkpoint)
+    except Exception as error:  # a store that failed the stream may fail this too
+        print(
+            f"tidemark {context.job}: could not check the checkpoint's logs: {error}"[:500], file=sys.stderr
+        )
+        return None
     if not damaged:
         return None
     files = " and ".join(file.path for file in damaged)
