@@ -20,7 +20,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,7 +28,7 @@ from typing import Any
 
 from spark_jobs.object_store import is_object_store
 from spark_jobs.servers import free_port
-from tidemark_airflow import SPARK_CONN_ID
+from tidemark_airflow import SPARK_CONN_ID, rest
 
 REPO = Path(__file__).resolve().parents[2]
 # The CLI's default lakehouse from the repository (./lakehouse): `tidemark sql-server`,
@@ -48,7 +47,6 @@ SPARK_CONNECTION = {
 }
 SIMPLE_AUTH_MANAGER = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
-SERVER_ERROR_ATTEMPTS, SERVER_ERROR_PAUSE_S = 5, 2.0
 RETRY_DELAY_SETTING = "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY"
 
 
@@ -112,28 +110,8 @@ class Airflow:
         return json.loads(generated.read_text())[USER]
 
     def request(self, method: str, path: str, body: Any = None, token: str | None = "auto") -> Any:
-        """JSON in and out; ``token="auto"`` logs in once, None sends no token.
-
-        A server error is retried a few times: on SQLite, the api-server answers 500
-        when the scheduler holds the database longer than its busy timeout."""
-        headers = {"Content-Type": "application/json"}
-        if token == "auto":
-            token = self.token()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        data = None if body is None else json.dumps(body).encode()
-        call = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        attempt = 1
-        while True:
-            try:
-                with urllib.request.urlopen(call, timeout=30) as response:
-                    payload = response.read()
-                return json.loads(payload) if payload else None
-            except urllib.error.HTTPError as error:
-                if error.code < 500 or attempt == SERVER_ERROR_ATTEMPTS:
-                    raise
-            time.sleep(SERVER_ERROR_PAUSE_S * attempt)
-            attempt += 1
+        """JSON in and out; ``token="auto"`` logs in once, None sends no token."""
+        return rest.call(self.url + path, method, body, self.token() if token == "auto" else token)
 
     def token(self) -> str:
         if self._token is None:
@@ -173,18 +151,7 @@ class Airflow:
     def trigger(
         self, dag_id: str, conf: Mapping[str, Any] | None = None, logical_date: datetime | None = None
     ) -> str:
-        """A new run of ``dag_id`` (for ``logical_date``, else none); its id is chosen
-        here, so a retried POST whose first attempt did create the run finds it (409)
-        instead of starting a second one."""
-        run_id = f"manual__tidemark_{uuid.uuid4().hex}"
-        moment = None if logical_date is None else logical_date.isoformat()
-        body = {"dag_run_id": run_id, "logical_date": moment, "conf": dict(conf or {})}
-        try:
-            self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
-        except urllib.error.HTTPError as error:
-            if error.code != 409:  # 409: an earlier attempt of this very POST created it
-                raise
-        return run_id
+        return rest.trigger(self.url, dag_id, conf, self.token(), logical_date)
 
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]

@@ -25,6 +25,7 @@ lakehouse is ``$LAKEHOUSE_DIR``. Times are shown in UTC.
 
 from __future__ import annotations
 
+import urllib.error
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -42,7 +43,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from spark_jobs.config import ConfigError, PipelineConfig, load_pipeline
 from spark_jobs.eventtime.windows import SessionSpec
-from tidemark_airflow import charts, lakehouse
+from tidemark_airflow import charts, lakehouse, rest
 from tidemark_airflow.health import STALL_AFTER, Liveness, liveness
 from tidemark_airflow.lakehouse import EPOCH, MAX_WATERMARK, MIN_WATERMARK, is_finite
 
@@ -253,9 +254,10 @@ def page(
     merged: str | None = None,
     run: str | None = None,
     merge_refused: str | None = None,
+    why: str | None = None,
 ) -> HTMLResponse:
     now = datetime.now(UTC)
-    notice = merge_notice(merged, run, merge_refused)
+    notice = merge_notice(merged, run, merge_refused, why)
     try:
         root, views = read_pipelines(now)
     except Exception as error:  # the page keeps refreshing: it shows the data once it reads again
@@ -273,7 +275,9 @@ def page(
     return HTMLResponse(render_page(root, views, now, max(refresh, 0), notice))
 
 
-def merge_notice(merged: str | None, run: str | None, refused: str | None) -> dict[str, str] | None:
+def merge_notice(
+    merged: str | None, run: str | None, refused: str | None, why: str | None = None
+) -> dict[str, str] | None:
     """What the page says after its merge button was pressed."""
     if merged and run:
         return {
@@ -283,7 +287,8 @@ def merge_notice(merged: str | None, run: str | None, refused: str | None) -> di
             "link": run,
         }
     if refused:
-        return {"kind": "error", "text": f"Airflow refused the late merge for {refused}."}
+        reason = f": {why}" if why else ""
+        return {"kind": "error", "text": f"Airflow refused the late merge for {refused}{reason}."}
     return None
 
 
@@ -302,18 +307,11 @@ def trigger_merge(key: str, request: Request, user: AuthorizedUser, token: Calle
     if key not in pipeline_files():
         raise HTTPException(HTTPStatus.NOT_FOUND, f"no configured pipeline {key!r}")
     try:
-        response = httpx.post(
-            api_url(request, f"dags/{MERGE_DAG}/dagRuns"),
-            json={"logical_date": None, "conf": {"pipeline": key}},
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=30,
-        )
-    except httpx.HTTPError:
-        response = None
-    if response is None or response.status_code != HTTPStatus.OK:
-        query = {"merge_refused": key}
+        run = rest.trigger(str(request.base_url), MERGE_DAG, {"pipeline": key}, token)
+    except (urllib.error.URLError, TimeoutError) as error:
+        query = {"merge_refused": key, "why": rest.refusal(error)}
     else:
-        query = {"merged": key, "run": response.json()["dag_run_id"]}
+        query = {"merged": key, "run": run}
     return RedirectResponse(f"../../?{urlencode(query)}", status_code=HTTPStatus.SEE_OTHER)
 
 

@@ -1,5 +1,5 @@
-"""The REST client of the standalone: server errors are retried, and a retried
-trigger never starts a second run."""
+"""The REST client of the standalone and the page's merge button: server errors are
+retried, a retried trigger never starts a second run, and a refusal says why."""
 
 from __future__ import annotations
 
@@ -10,15 +10,19 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from tidemark_airflow import standalone
+from tidemark_airflow import rest
 from tidemark_airflow.standalone import PASSWORDS_FILE, USER, Airflow
+
+BASE = "/airflow"
 
 
 class FlakyAirflow(BaseHTTPRequestHandler):
     """Answers like Airflow's api-server whose first ``failures`` answers to the
-    dagRuns POST are 500s, each after the run was created (a commit, then a lock)."""
+    dagRuns POST are 500s, each after the run was created (a commit, then a lock), or
+    whose first ``locked`` answers are 500s before anything was created."""
 
     failures = 0
+    locked = 0
     runs: list[str] = []
     posts = 0
     gets = 0
@@ -28,6 +32,15 @@ class FlakyAirflow(BaseHTTPRequestHandler):
         if self.path == "/auth/token":
             return self.answer(201, {"access_token": "token"})
         type(self).posts += 1
+        # The standalone serves at its root; the page passes Airflow's base path along.
+        if self.path not in (
+            "/api/v2/dags/tidemark_late_merge/dagRuns",
+            f"{BASE}/api/v2/dags/tidemark_late_merge/dagRuns",
+        ):
+            return self.answer(404, {"detail": f"no route {self.path}"})
+        if type(self).locked:
+            type(self).locked -= 1
+            return self.answer(500, {"detail": "database is locked"})
         if body["dag_run_id"] in self.runs:
             return self.answer(409, {"detail": "exists"})
         self.runs.append(body["dag_run_id"])
@@ -55,8 +68,9 @@ class FlakyAirflow(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def airflow(tmp_path, monkeypatch) -> Iterator[Airflow]:
-    monkeypatch.setattr(standalone, "SERVER_ERROR_PAUSE_S", 0.01)
-    FlakyAirflow.failures, FlakyAirflow.runs, FlakyAirflow.posts, FlakyAirflow.gets = 0, [], 0, 0
+    monkeypatch.setattr(rest, "SERVER_ERROR_PAUSE_S", 0.01)
+    FlakyAirflow.failures, FlakyAirflow.locked, FlakyAirflow.runs = 0, 0, []
+    FlakyAirflow.posts, FlakyAirflow.gets = 0, 0
     (tmp_path / PASSWORDS_FILE).write_text(json.dumps({USER: "secret"}))
     server = ThreadingHTTPServer(("127.0.0.1", 0), FlakyAirflow)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -74,11 +88,31 @@ def test_a_trigger_answered_500_after_creating_its_run_is_retried_into_that_one_
     assert FlakyAirflow.posts == 2
 
 
+def test_a_trigger_refused_on_every_attempt_says_airflows_reason(airflow):
+    FlakyAirflow.locked = rest.SERVER_ERROR_ATTEMPTS
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        rest.trigger(f"{airflow.url}{BASE}/", "tidemark_late_merge", {"pipeline": "p"}, "token")
+    assert rest.refusal(raised.value) == "HTTP 500: database is locked"
+    assert FlakyAirflow.runs == []
+
+
+def test_a_trigger_locked_out_at_first_then_let_in_starts_one_run(airflow):
+    FlakyAirflow.locked = 2
+    run_id = rest.trigger(f"{airflow.url}{BASE}/", "tidemark_late_merge", {"pipeline": "p"}, "token")
+    assert FlakyAirflow.runs == [run_id] and FlakyAirflow.posts == 3
+
+
+def test_an_unreachable_airflow_is_named_as_the_reason():
+    with pytest.raises(urllib.error.URLError) as raised:
+        rest.trigger(f"http://127.0.0.1:9{BASE}/", "tidemark_late_merge", {}, None)
+    assert "refused" in rest.refusal(raised.value).lower()
+
+
 def test_a_server_error_that_persists_is_raised_after_a_few_attempts(airflow):
     with pytest.raises(urllib.error.HTTPError) as raised:
         airflow.request("GET", "/api/v2/monitor/broken", token=None)
     assert raised.value.code == 503
-    assert FlakyAirflow.gets == standalone.SERVER_ERROR_ATTEMPTS
+    assert FlakyAirflow.gets == rest.SERVER_ERROR_ATTEMPTS
 
 
 def test_client_errors_are_not_retried(airflow):

@@ -15,6 +15,7 @@ from tidemark_airflow.ui import (
     format_duration,
     format_lag,
     format_time,
+    merge_notice,
     render_page,
     stream_state,
 )
@@ -247,3 +248,11 @@ def test_an_idle_partition_is_flagged_idle_only_and_an_active_one_behind_catchin
     view = PipelineView("telemetry", "/t.yaml", load_pipeline(PIPELINE), status=status(partitions=clocks))
     page = render_page("/lh", [view], T0)
     assert partition_flags(page) == {"0": [], "1": ["idle"], "2": ["catching-up"]}
+
+
+def test_a_refused_merge_says_which_pipeline_and_airflows_reason():
+    notice = merge_notice(None, None, "telemetry", "HTTP 500: database is locked")
+    assert notice == {
+        "kind": "error",
+        "text": "Airflow refused the late merge for telemetry: HTTP 500: database is locked.",
+    }
