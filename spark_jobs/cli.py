@@ -316,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Every error ends as ``tidemark <command>: error: <message>`` on stderr (see
     :func:`print_error`): exit 2 for a bad command line or pipeline file, before
     anything runs, 1 for a failure while running. The jobs report their own the
-    same way (``exit_on_config_error``)."""
+    same way (``exit_with_named_errors``)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv else None
     if command in JOBS:

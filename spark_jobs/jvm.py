@@ -42,3 +42,11 @@ def driver_java_options() -> str:
         return f"-XX:ArchiveClassesAtExit={dump} {QUIET}"
     archive = archive_path()
     return f"-XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else ""
+
+
+def error_summary(error: BaseException) -> str:
+    """One line for ``error``: the Java exception behind a Py4J error (its own first line
+    says only which call failed), else the error's first line."""
+    java = getattr(error, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(error).strip()
+    return (text.splitlines() or [type(error).__name__])[0][:500]

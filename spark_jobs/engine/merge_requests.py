@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from spark_jobs.lakehouse.space import local_folder
+
 # How often a server says it is alive, and how stale a heartbeat may be before a
 # requester stops counting on it.
 HEARTBEAT_S = 2.0
@@ -58,10 +60,8 @@ class MergeResult:
 def requests_folder(root: str, pipeline: str) -> Path | None:
     """The pipeline's request folder under a local lakehouse ``root``; None for a
     lakehouse elsewhere (object storage), where merges run in their own process."""
-    if "://" in root and not root.startswith("file:"):
-        return None
-    local = root.removeprefix("file://").removeprefix("file:")
-    return Path(local) / "_checkpoints" / pipeline / "merge-requests"
+    local = local_folder(root)
+    return None if local is None else Path(local) / "_checkpoints" / pipeline / "merge-requests"
 
 
 def _write_atomically(path: Path, document: dict) -> None:

@@ -22,7 +22,7 @@ from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
     Stream,
-    exit_on_config_error,
+    exit_with_named_errors,
     job_parser,
     run_stream,
     stream_session,
@@ -117,7 +117,7 @@ class BronzeBatchWriter(BatchWriter):
         self.totals.rejected += counts["rejected"]
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser("bronze", "Ingest a pipeline's source into bronze and ops.rejects.")
     context = JobContext.from_args("bronze", parser.parse_args(argv))

@@ -31,7 +31,7 @@ from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
 from spark_jobs.engine.clocks import judged_version
 from spark_jobs.engine.watermark_steps import advance_idle
-from spark_jobs.jobs.common import default_checkpoint, exit_on_config_error, folder_argument
+from spark_jobs.jobs.common import default_checkpoint, exit_with_named_errors, folder_argument
 from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.lakehouse.files import visible_files
 from spark_jobs.lakehouse.log import table_version
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stall_after_ms = parse_duration(args.stall_after, "--stall-after", allow_zero=False)

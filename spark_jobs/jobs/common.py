@@ -9,6 +9,7 @@ import functools
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,17 +18,21 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_jobs.arguments import BAD_INPUT, TRIGGERS, config_error_message, print_error, with_examples
+from spark_jobs.arguments import BAD_INPUT, FAILED, TRIGGERS, config_error_message, print_error, with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, PipelineConfig, load_pipeline, parse_duration
+from spark_jobs.jvm import error_summary
 from spark_jobs.lakehouse.checkpoints import (
     born_ms,
     damaged_log_files,
     discard_unfinished_first_batch,
+    repair_command,
     stream_app_id,
 )
+from spark_jobs.lakehouse.commit_files import DamagedCommits
 from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.lakehouse.log import batch_landed, batch_metadata, newest_stream_commit
 from spark_jobs.lakehouse.runs import RunLog, RunTotals
+from spark_jobs.lakehouse.space import full_disk_hint, out_of_space
 from spark_jobs.lakehouse.transaction import Transaction
 from spark_jobs.session import (
     DEFAULT_MASTER,
@@ -285,20 +290,34 @@ def run_streams(streams: list[Stream]) -> int:
             except Exception as error:
                 closing[index] = f"failed when closing: {error}"[:2000]
                 print(f"tidemark {stream.context.job}: {closing[index]}", file=sys.stderr)
+    unrecorded = False
     for index, (stream, query, log) in enumerate(zip(streams, queries, logs, strict=True)):
+        status, message = "succeeded", None
         error = query.exception()
         if error is not None:
-            hint = repair_hint(stream)
+            hint = failure_hint(stream, str(error))
             if hint:
                 print(f"tidemark {stream.context.job}: {hint}", file=sys.stderr)
-            log.ended("failed", stream.totals, f"{hint} {error}"[:2000] if hint else str(error)[:2000])
+            status, message = "failed", f"{hint} {error}"[:2000] if hint else str(error)[:2000]
         elif index in closing:
-            log.ended("failed", stream.totals, closing[index])
+            status, message = "failed", closing[index]
         elif stopped or failed:
-            log.ended("stopped", stream.totals, None if stopped else "stopped: a query beside it failed")
-        else:
-            log.ended("succeeded", stream.totals)
-    return 1 if failed or closing else 0
+            status, message = "stopped", None if stopped else "stopped: a query beside it failed"
+        try:
+            log.ended(status, stream.totals, message)
+        except Exception as error:  # a full disk fails the run log too: the cause above stands
+            unrecorded = True
+            unlogged = f"could not log the run's end: {error_summary(error)}"
+            print(f"tidemark {stream.context.job}: {unlogged}", file=sys.stderr)
+    return 1 if failed or closing or unrecorded else 0
+
+
+def failure_hint(stream: Stream, error: str) -> str | None:
+    """What to do about a stream's failure, where Tidemark can tell: a full disk, or a
+    checkpoint file a crash of the machine damaged."""
+    if out_of_space(error):
+        return full_disk_hint(stream.context.registry.root)
+    return repair_hint(stream)
 
 
 def repair_hint(stream: Stream) -> str | None:
@@ -316,10 +335,10 @@ def repair_hint(stream: Stream) -> str | None:
     if not damaged:
         return None
     files = " and ".join(file.path for file in damaged)
+    command = repair_command(context.config.source_file or context.config.name, context.registry.root)
     return (
-        f"the checkpoint file {files} is damaged; `tidemark repair --pipeline "
-        f"{context.config.source_file or context.config.name} --lakehouse {context.registry.root}` "
-        "removes it where that is safe; then start the job again"
+        f"the checkpoint file {files} is damaged; {command} removes it where that is safe; "
+        "then start the job again"
     )
 
 
@@ -355,10 +374,12 @@ def nothing_to_do(job: str, registry: TableRegistry, section: str) -> int:
     return 0
 
 
-def exit_on_config_error(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
+def exit_with_named_errors(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
     """A bad argument or pipeline file exits 2 with the culprit named on stderr, in
     the form argparse uses for malformed arguments (``tidemark <job>: error: ...``);
-    main raises ConfigError before Spark starts."""
+    main raises ConfigError before Spark starts. A table's damaged last commit exits 1
+    naming it and the repair (before the job writes anything); a full disk exits 1 with its trace
+    and a last line that says so."""
     # The job's command, from its module's file: spark-submit runs it as __main__.
     command = Path(main.__code__.co_filename).stem.replace("_", "-")
 
@@ -369,5 +390,14 @@ def exit_on_config_error(main: Callable[[list[str] | None], int]) -> Callable[[l
         except ConfigError as error:
             print_error(command, config_error_message(error))
             return BAD_INPUT
+        except DamagedCommits as error:
+            print_error(command, str(error))
+            return FAILED
+        except Exception as error:
+            if not out_of_space(error):
+                raise
+            traceback.print_exc()
+            print_error(command, full_disk_hint())
+            return FAILED
 
     return wrapped

@@ -22,7 +22,7 @@ from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
     Stream,
-    exit_on_config_error,
+    exit_with_named_errors,
     job_parser,
     run_if_configured,
     stream_session,
@@ -69,7 +69,7 @@ def run(spark: SparkSession, context: JobContext) -> int:
     return run_if_configured(stream(spark, context), context, "gold")
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser("gold", "The gold rollup of fired and closed silver windows.")
     context = JobContext.from_args("gold", parser.parse_args(argv))

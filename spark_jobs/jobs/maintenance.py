@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from spark_jobs.arguments import with_examples
 from spark_jobs.catalog import qualified_name, register_tables
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
-from spark_jobs.jobs.common import exit_on_config_error
+from spark_jobs.jobs.common import exit_with_named_errors
 from spark_jobs.lakehouse.files import delete_older_than, subfolder_sizes
 from spark_jobs.lakehouse.runs import RunLog, RunTotals
 from spark_jobs.lakehouse.transaction import retry_on_conflict
@@ -63,7 +63,7 @@ def archive_expiry(spark: SparkSession, registry: TableRegistry) -> list[str]:
     return [f"archive {registry.archive_path}: {deleted} landed files past their retention deleted"]
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="tidemark maintenance",

@@ -12,7 +12,7 @@ from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, ConfigError, load_pipeline
 from spark_jobs.engine.late_merge import TimeRange, dry_run, logged_merge
 from spark_jobs.engine.merge_requests import MergeRequest, ask, requests_folder
-from spark_jobs.jobs.common import exit_on_config_error, folder_argument
+from spark_jobs.jobs.common import exit_with_named_errors, folder_argument
 from spark_jobs.session import build_session
 from spark_jobs.tables import TableRegistry, join
 
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     window = TimeRange.parsed(args.start, args.end)

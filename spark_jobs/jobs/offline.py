@@ -46,7 +46,7 @@ from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
     Stream,
-    exit_on_config_error,
+    exit_with_named_errors,
     job_parser,
     run_if_configured,
     stream_session,
@@ -182,7 +182,7 @@ def run(spark: SparkSession, context: JobContext) -> int:
     return run_if_configured(stream(spark, context), context, "offline")
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser("offline", "Offline detection with buffered event-time timers.")
     context = JobContext.from_args("offline", parser.parse_args(argv))

@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 from spark_jobs.arguments import with_examples
 from spark_jobs.config import PIPELINE_HELP, PipelineConfig, load_pipeline
 from spark_jobs.jobs.backfill import cut_batches, replay_batches, require_partitions
-from spark_jobs.jobs.common import exit_on_config_error, folder_argument
+from spark_jobs.jobs.common import exit_with_named_errors, folder_argument
 from spark_jobs.session import session_for_records
 
 
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = load_pipeline(args.pipeline)

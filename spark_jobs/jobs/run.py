@@ -30,7 +30,7 @@ from spark_jobs.engine.late_merge import TimeRange, logged_merge
 from spark_jobs.engine.merge_requests import MergeRequest, MergeServer, requests_folder
 from spark_jobs.jobs.common import (
     JobContext,
-    exit_on_config_error,
+    exit_with_named_errors,
     job_parser,
     run_streams,
     stream_busy,
@@ -80,7 +80,7 @@ def merge_server(
     return MergeServer(folder, merge).start()
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser(
         "run",

@@ -78,7 +78,7 @@ from spark_jobs.jobs.common import (
     BatchWriter,
     JobContext,
     Stream,
-    exit_on_config_error,
+    exit_with_named_errors,
     job_parser,
     run_stream,
     stream_session,
@@ -304,7 +304,7 @@ def run(spark: SparkSession, context: JobContext) -> int:
     return run_stream(stream(spark, context))
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     parser = job_parser(
         "silver",

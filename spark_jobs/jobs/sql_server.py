@@ -27,7 +27,7 @@ from spark_jobs.catalog import (
     registries_for,
 )
 from spark_jobs.config import configured_pipeline_files, parse_duration
-from spark_jobs.jobs.common import exit_on_config_error
+from spark_jobs.jobs.common import exit_with_named_errors
 from spark_jobs.jvm import java_class
 from spark_jobs.sql_client import DEFAULT_HOST, DEFAULT_PORT
 from spark_jobs.tables import join, lakehouse_root
@@ -108,7 +108,7 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     refresh_s = parse_duration(args.refresh, "--refresh", allow_zero=False) / 1000

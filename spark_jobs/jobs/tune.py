@@ -23,7 +23,7 @@ from spark_jobs.engine.tuning_report import as_json, chart_svg, save, table
 from spark_jobs.eventtime.generators import GeneratorError
 from spark_jobs.eventtime.windows import SessionSpec
 from spark_jobs.jobs.backfill import cut_batches, ingest_batches, require_partitions
-from spark_jobs.jobs.common import exit_on_config_error, folder_argument
+from spark_jobs.jobs.common import exit_with_named_errors, folder_argument
 from spark_jobs.lakehouse.files import delete_tree
 from spark_jobs.session import build_session, session_for_records
 from spark_jobs.tables import TableRegistry, join, lakehouse_root
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-@exit_on_config_error
+@exit_with_named_errors
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = load_pipeline(args.pipeline)

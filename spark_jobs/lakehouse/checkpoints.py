@@ -110,15 +110,9 @@ class DamagedLogFile:
 def damaged_log_files(spark: SparkSession, checkpoint: str) -> list[DamagedLogFile]:
     """The last file of the checkpoint's offsets and commits logs, each where it is
     not whole (:func:`is_whole_log_file`); a crash writes no other file of them."""
-    filesystem, _ = hadoop_file(spark, checkpoint)
     found = []
     for folder in ("offsets", "commits"):
-        _, path = hadoop_file(spark, checkpoint, folder)
-        if not filesystem.exists(path):
-            continue
-        batches = sorted(
-            int(s.getPath().getName()) for s in filesystem.listStatus(path) if s.getPath().getName().isdigit()
-        )
+        batches = log_batches(spark, checkpoint, folder)
         if not batches:
             continue
         last = batches[-1]
@@ -131,6 +125,15 @@ def damaged_log_files(spark: SparkSession, checkpoint: str) -> list[DamagedLogFi
     return found
 
 
+def log_batches(spark: SparkSession, checkpoint: str, folder: str) -> list[int]:
+    """The batch ids of the checkpoint's ``folder`` log (offsets or commits), in order."""
+    filesystem, path = hadoop_file(spark, checkpoint, folder)
+    if not filesystem.exists(path):
+        return []
+    names = (status.getPath().getName() for status in filesystem.listStatus(path))
+    return sorted(int(name) for name in names if name.isdigit())
+
+
 def checked_text(spark: SparkSession, *path: str) -> str | None:
     """A log file's text; None where its content fails the checksum the file system
     keeps beside it (a file cut short after it was written whole). Any other error
@@ -141,6 +144,11 @@ def checked_text(spark: SparkSession, *path: str) -> str | None:
         if "ChecksumException" in str(error.java_exception.getClass().getName()):
             return None
         raise
+
+
+def repair_command(pipeline: str, root: str) -> str:
+    """The command that repairs what a crash of the machine damaged in a lakehouse."""
+    return f"`tidemark repair --pipeline {pipeline} --lakehouse {root}`"
 
 
 class UnsafeRepair(RuntimeError):

@@ -13,8 +13,11 @@ from contextlib import contextmanager
 from pyspark.sql import SparkSession
 
 from spark_jobs.jvm import java_class
+from spark_jobs.lakehouse.checkpoints import repair_command
+from spark_jobs.lakehouse.commit_files import require_whole_commits
 from spark_jobs.lakehouse.log import discard_unfinished_creation, has_commits
 from spark_jobs.lakehouse.reachable import require_reachable
+from spark_jobs.lakehouse.space import local_folder
 from spark_jobs.tables import TableRef, TableRegistry
 
 CREATE_ATTEMPTS = 4
@@ -59,10 +62,10 @@ def creation_lock(root: str) -> Iterator[None]:
     Of two jobs creating the same table at the same instant, one commits version 0
     and the other fails with Delta's conflict; under the lock the second finds the
     table. Object stores are left to Delta's LogStore for their scheme."""
-    if "://" in root and not root.startswith("file:"):
+    folder = local_folder(root)
+    if folder is None:
         yield
         return
-    folder = root.removeprefix("file://").removeprefix("file:")
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, CREATION_LOCK), "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -95,10 +98,16 @@ def create_if_missing(spark: SparkSession, table: TableRef) -> bool:
 def create_missing(spark: SparkSession, registry: TableRegistry) -> list[TableRef]:
     """Create every table of ``registry`` that does not exist yet; returns the ones
     created. When they all exist (every start but the first) this costs a few file
-    lookups a table, and no Delta snapshot. A lakehouse on object storage that cannot
-    be reached is a :class:`~spark_jobs.config.ConfigError`, before anything is written."""
+    lookups a table and a read of its last commit file, and no Delta snapshot. A table
+    whose last commit a crash of the machine damaged raises
+    :class:`~spark_jobs.lakehouse.commit_files.DamagedCommits`; a lakehouse on object
+    storage that cannot be reached is a :class:`~spark_jobs.config.ConfigError`; both
+    before anything is written."""
     require_reachable(spark, registry.root)
     missing = [table for table in registry.all() if not has_commits(spark, table.path)]
+    existing = [table.path for table in registry.all() if table not in missing]
+    pipeline = registry.config.source_file or registry.config.name
+    require_whole_commits(spark, existing, repair_command(pipeline, registry.root))
     if not missing:
         return []
     # Each creation is a Delta commit, mostly waiting: side by side.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -9,6 +10,7 @@ from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.jvm import error_summary
 from spark_jobs.lakehouse.transaction import Transaction
 from spark_jobs.tables import TableRegistry
 
@@ -65,12 +67,17 @@ class RunLog:
         """Append the ``running`` row beside the job's start-up, which need not wait
         for a Delta commit; :meth:`ended` waits for it, so the final row always follows
         it."""
-        self._starting = threading.Thread(
-            target=self._append,
-            args=("running", RunTotals(), None, None),
-            name=f"tidemark-run-log-{self.job}",
-        )
+        self._starting = threading.Thread(target=self._log_start, name=f"tidemark-run-log-{self.job}")
         self._starting.start()
+
+    def _log_start(self) -> None:
+        # The job goes on without its running row (a full disk fails this first): the
+        # final row, or the job's own error, tells what happened.
+        try:
+            self._append("running", RunTotals(), None, None)
+        except Exception as error:
+            unlogged = f"could not log the run's start: {error_summary(error)}"
+            print(f"tidemark {self.job}: {unlogged}", file=sys.stderr)
 
     def ended(self, status: str, totals: RunTotals, message: str | None = None) -> None:
         if self._starting is not None:

@@ -72,7 +72,7 @@ def test_a_damaged_last_log_file_stops_the_stream_by_name_and_a_repair_resumes_i
     # The repair reads the pipeline by name from this test's pipelines.
     monkeypatch.setattr(repair, "load_pipeline", lambda _: registry.config)
     assert repair.main(repair_args(registry)) == 0
-    assert f"removed the damaged {damaged}" in capsys.readouterr().out
+    assert f"bronze: removed {damaged}" in capsys.readouterr().out
     assert not damaged.exists()
 
     assert run_job_once(spark, registry, "bronze") == 0
