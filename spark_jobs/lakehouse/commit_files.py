@@ -21,13 +21,19 @@ from spark_jobs.lakehouse.log import BatchLabel, batch_label, newest_stream_comm
 LOG_FILES = "io.tidemark.delta.LogFiles"
 
 
+def lines(text: str) -> list[str]:
+    """A commit's lines, split at newlines only: a JSON string may hold U+2028 or U+0085
+    unescaped, which ``str.splitlines`` would take for line ends."""
+    return text.split("\n")
+
+
 def is_whole_commit(text: str) -> bool:
     """Whether ``text`` is a whole commit file as Delta writes one: one JSON action per
     line, each line ended, a ``commitInfo`` among them."""
     if not text.endswith("\n"):
         return False
     kinds = set()
-    for line in text.splitlines():
+    for line in lines(text[:-1]):
         try:
             action = json.loads(line)
         except ValueError:
@@ -40,7 +46,7 @@ def is_whole_commit(text: str) -> bool:
 
 def commit_label(text: str) -> BatchLabel | None:
     """The stream batch a (possibly damaged) commit's surviving ``commitInfo`` names."""
-    for line in text.splitlines():
+    for line in lines(text):
         try:
             info = json.loads(line).get("commitInfo")
         except (ValueError, AttributeError):

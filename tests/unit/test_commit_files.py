@@ -23,6 +23,12 @@ def test_a_commit_as_delta_writes_it_is_whole():
     assert is_whole_commit(COMMIT)
 
 
+def test_a_commit_whose_values_hold_unicode_line_separators_is_whole():
+    raw = {"add": {"path": "p.parquet", "stats": '{"raw": "a\u2028b\u0085c\u001ed"}'}}
+    text = COMMIT + json.dumps(raw, ensure_ascii=False) + "\n"
+    assert "\u2028" in text and is_whole_commit(text)
+
+
 def test_an_empty_commit_is_not_whole():
     assert not is_whole_commit("")
 
