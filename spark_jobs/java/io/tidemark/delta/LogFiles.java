@@ -1,8 +1,11 @@
 package io.tidemark.delta;
 
+import java.io.File;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Paths;
 import java.util.regex.Pattern;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.ChecksumFileSystem;
@@ -39,12 +42,15 @@ public final class LogFiles {
   }
 
   private static String newestCommit(FileSystem fileSystem, Path log) throws IOException {
-    if (!fileSystem.exists(log)) {
+    // On a local disk the names alone, without a status per file: Hadoop's local file
+    // system stats every entry of a listing, a few milliseconds for an hour of commits.
+    boolean local = "file".equals(fileSystem.getUri().getScheme());
+    String[] names = local ? new File(log.toUri().getPath()).list() : namesIn(fileSystem, log);
+    if (names == null) {
       return null;
     }
     long newest = -1;
-    for (FileStatus status : fileSystem.listStatus(log)) {
-      String name = status.getPath().getName();
+    for (String name : names) {
       if (COMMIT.matcher(name).matches()) {
         newest = Math.max(newest, Long.parseLong(name.substring(0, 20)));
       }
@@ -52,12 +58,28 @@ public final class LogFiles {
     if (newest < 0) {
       return null;
     }
+    Path commit = new Path(log, String.format("%020d.json", newest));
+    if (local) {
+      return newest + "\n" + Files.readString(Paths.get(commit.toUri().getPath()), StandardCharsets.UTF_8);
+    }
     FileSystem raw =
         fileSystem instanceof ChecksumFileSystem
             ? ((ChecksumFileSystem) fileSystem).getRawFileSystem()
             : fileSystem;
-    try (InputStream in = raw.open(new Path(log, String.format("%020d.json", newest)))) {
+    try (InputStream in = raw.open(commit)) {
       return newest + "\n" + new String(in.readAllBytes(), StandardCharsets.UTF_8);
     }
+  }
+
+  private static String[] namesIn(FileSystem fileSystem, Path log) throws IOException {
+    if (!fileSystem.exists(log)) {
+      return null;
+    }
+    FileStatus[] statuses = fileSystem.listStatus(log);
+    String[] names = new String[statuses.length];
+    for (int index = 0; index < statuses.length; index++) {
+      names[index] = statuses[index].getPath().getName();
+    }
+    return names;
   }
 }
