@@ -62,6 +62,7 @@ SMALL_BATCHES = {CODEGEN_FACTORY_MODE: "NO_CODEGEN", ADAPTIVE_EXECUTION: "false"
 # Tidemark's expressions are its own, built per micro-batch: every batch would pay
 # those round trips for call sites that name no user's code.
 DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
+VACUUM_RETAIN_IGNORED = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,10 @@ def base_conf(default_profile: str = DEFAULT_PROFILE, chosen_profile: str | None
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.catalogImplementation": "in-memory",
         "spark.sql.session.timeZone": "UTC",
+        # Delta 4 ignores VACUUM's RETAIN (unless 0 hours) for the table's removed-file
+        # retention, an hour on Tidemark's tables: a VACUUM, the maintenance job's or a
+        # query's, would delete files a week younger than its RETAIN said to keep.
+        VACUUM_RETAIN_IGNORED: "false",
         # Parquet's 64-bit microseconds, not Spark's default INT96 (which Parquet has
         # deprecated): a timestamp column's dictionary holds longs, not 12-byte arrays
         # hashed and compared a value at a time.

@@ -9,6 +9,9 @@ OPTIMIZE commits carry ``dataChange = false``, so the change-feed readers (silve
 reads bronze, gold reads silver) skip them; conflicts with the running streams'
 MERGEs are retried. VACUUM keeps ``--retain`` of history (7 days by default),
 which must exceed the longest a stream or a time-travel query may lag behind.
+A table created within that retention is not vacuumed: every file in it was
+written after its first commit, so none is old enough to delete, and a VACUUM
+would only list the whole table.
 Streaming checkpoints clean themselves (Spark keeps the last 100 batches); this
 job only reports their sizes so growth shows up in the task log. Landed files a
 pipeline archives are deleted once older than its ``source.archive_retention``.
@@ -27,6 +30,7 @@ from spark_jobs.catalog import qualified_name, register_tables
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
 from spark_jobs.jobs.common import exit_with_named_errors
 from spark_jobs.lakehouse.files import delete_older_than, subfolder_sizes
+from spark_jobs.lakehouse.log import created_ms
 from spark_jobs.lakehouse.runs import RunLog, RunTotals
 from spark_jobs.lakehouse.transaction import retry_on_conflict
 from spark_jobs.session import build_session
@@ -35,17 +39,27 @@ from spark_jobs.tables import TableRef, TableRegistry, join
 HOUR_MS = 3_600_000
 
 
-def maintain(spark: SparkSession, table: TableRef, retain_hours: float) -> str:
+def may_hold_files_to_vacuum(created: int | None, now_ms: int, retain_ms: int) -> bool:
+    """Whether VACUUM may find a file to delete, one last modified more than the
+    retention ago, in a table whose first commit was written at ``created`` (None: so
+    long ago that the log no longer holds it)."""
+    return created is None or now_ms - created > retain_ms
+
+
+def maintain(spark: SparkSession, table: TableRef, retain_ms: int) -> str:
     if not spark.catalog.tableExists(table.name, table.layer):
         return f"{table.sql_name}: not created yet"
     name = qualified_name(table)
     compacted = retry_on_conflict(lambda: spark.sql(f"OPTIMIZE {name}").first(), f"OPTIMIZE {name}")
     metrics = compacted.metrics
-    spark.sql(f"VACUUM {name} RETAIN {retain_hours:g} HOURS").collect()
-    return (
-        f"{table.sql_name}: {metrics.numFilesRemoved} files compacted into {metrics.numFilesAdded}; "
-        f"vacuumed (retaining {retain_hours:g} h)"
-    )
+    retain_hours = retain_ms / HOUR_MS
+    if may_hold_files_to_vacuum(created_ms(spark, table.path), int(time.time() * 1000), retain_ms):
+        spark.sql(f"VACUUM {name} RETAIN {retain_hours:g} HOURS").collect()
+        vacuumed = f"vacuumed (retaining {retain_hours:g} h)"
+    else:
+        vacuumed = f"not vacuumed: created within the {retain_hours:g} h retention"
+    compaction = f"{metrics.numFilesRemoved} files compacted into {metrics.numFilesAdded}"
+    return f"{table.sql_name}: {compaction}; {vacuumed}"
 
 
 def checkpoint_report(spark: SparkSession, registry: TableRegistry) -> list[str]:
@@ -80,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         "--retain", default="168h", help="how much history VACUUM keeps; the default is Delta's own"
     )
     args = parser.parse_args(argv)
-    retain_hours = parse_duration(args.retain, "--retain", allow_zero=False) / HOUR_MS
+    retain_ms = parse_duration(args.retain, "--retain", allow_zero=False)
     config = load_pipeline(args.pipeline)
     registry = TableRegistry(config, args.lakehouse)
     spark = build_session(f"tidemark-maintenance-{config.name}")
@@ -91,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     log = RunLog(spark, "maintenance", registry)
     log.started()
     register_tables(spark, registry.all())
-    lines = [maintain(spark, table, retain_hours) for table in registry.all()]
+    lines = [maintain(spark, table, retain_ms) for table in registry.all()]
     lines += checkpoint_report(spark, registry)
     lines += archive_expiry(spark, registry)
     for line in lines:

@@ -36,6 +36,16 @@ def has_commits(spark: SparkSession, path: str) -> bool:
     return table_version(spark, path) >= 0
 
 
+def created_ms(spark: SparkSession, path: str) -> int | None:
+    """When the table's first commit was written (its file's modification time, in ms),
+    or None once the log's cleanup has deleted it (the table is older than the log's
+    retention)."""
+    filesystem, first = hadoop_file(spark, path, "_delta_log", FIRST_COMMIT)
+    if not filesystem.exists(first):
+        return None
+    return filesystem.getFileStatus(first).getModificationTime()
+
+
 DELTA_LOG = "org.apache.spark.sql.delta.DeltaLog"
 
 

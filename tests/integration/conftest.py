@@ -64,8 +64,9 @@ def job_command(job: str, pipeline: Path, lakehouse: Path, *extra: str) -> list[
 
 def run_job(
     job: str, pipeline: Path, lakehouse: Path, *extra: str, timeout: float = 600, streaming: bool = True
-) -> None:
-    """spark-submit a job to completion (a stream runs available-now unless told otherwise)."""
+) -> str:
+    """spark-submit a job to completion (a stream runs available-now unless told otherwise);
+    its output."""
     args = extra or (("--trigger", "available-now") if streaming else ())
     done = subprocess.run(
         job_command(job, pipeline, lakehouse, *args),
@@ -75,6 +76,7 @@ def run_job(
         timeout=timeout,
     )
     assert done.returncode == 0, f"{job} exited {done.returncode}:\n{done.stderr[-5000:]}"
+    return done.stdout
 
 
 @dataclass

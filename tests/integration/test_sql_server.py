@@ -4,9 +4,12 @@ streaming job commits to the same tables."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +21,9 @@ from spark_jobs.config import load_pipeline
 from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds, write_landing
 from spark_jobs.jobs.replay import replay
 from spark_jobs.lakehouse.create import create_missing
+from spark_jobs.lakehouse.log import FIRST_COMMIT
 from spark_jobs.submit import submit_env
-from spark_jobs.tables import TableRegistry
+from spark_jobs.tables import TableRef, TableRegistry
 from tests.integration.conftest import (
     delta_commits,
     job_running,
@@ -69,18 +73,11 @@ def served(spark, tmp_path_factory):
         )
 
 
-def counts_over_the_wire(served: Served, tables) -> dict[str, int]:
-    union = " UNION ALL ".join(
-        f"SELECT '{table.sql_name}' AS name, count(*) AS n FROM {table.sql_name}" for table in tables
-    )
-    return {row["name"]: int(row["n"]) for row in served.rows(union)}
-
-
 def test_every_layer_answers_over_the_wire_with_the_rows_its_delta_table_holds(spark, served):
     tables = served.registry.all()
     assert {table.layer for table in tables} == {"bronze", "silver", "quarantine", "gold", "ops"}
     by_path = {t.sql_name: spark.read.format("delta").load(t.path).count() for t in tables}
-    assert counts_over_the_wire(served, tables) == by_path
+    assert served.counts(tables) == by_path
 
 
 def test_the_tables_reconcile_through_sql(served):
@@ -151,7 +148,7 @@ def test_queries_see_a_running_stream_commit_and_tables_created_later(spark, ser
         interval=2,
     )
     own = [table for table in served.later.all() if table.layer != "ops"]
-    assert counts_over_the_wire(served, own) == {table.sql_name: 0 for table in own}
+    assert served.counts(own) == {table.sql_name: 0 for table in own}
 
 
 def test_the_catalog_finds_each_delta_table_in_a_layer_folder_and_nothing_else(spark, tmp_path):
@@ -189,19 +186,39 @@ def test_a_table_another_process_was_creating_when_a_refresh_looked_is_registere
         spark.sql("DROP TABLE IF EXISTS silver.arriving_later")
 
 
-def test_maintenance_compacts_the_tables_the_server_names(spark, served):
+def left_behind(table: TableRef, modified: float) -> Path:
+    """A data file no commit names (a failed write's), last modified at ``modified``."""
+    orphan = Path(table.path) / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    orphan.write_bytes(b"PAR1")
+    os.utime(orphan, (modified, modified))
+    return orphan
+
+
+def test_maintenance_compacts_the_tables_the_server_names_and_vacuums_those_older_than_the_retention(
+    spark, served
+):
     """The maintenance job's OPTIMIZE runs against the catalog names the server
-    serves; its commits show in the server's history and no row changes."""
-    table = served.registry.bronze
+    serves; its commits show in the server's history and no row changes. VACUUM
+    deletes a file no commit names once it is older than the retention, in a table
+    that old; a table created within the retention is not listed at all."""
+    table, young = served.registry.bronze, served.registry.silver
     before = served.value(f"SELECT count(*) FROM {table.sql_name}")
     files_before = int(served.rows(f"DESCRIBE DETAIL {table.sql_name}")[0]["numFiles"])
     assert files_before > 1
-    run_job("maintenance", served.pipeline, Path(served.registry.root), streaming=False)
+    eight_days_ago = time.time() - 8 * 24 * 3600
+    os.utime(Path(table.path, "_delta_log", FIRST_COMMIT), (eight_days_ago, eight_days_ago))
+    stale, kept = left_behind(table, eight_days_ago), left_behind(young, eight_days_ago)
+    recent = left_behind(table, time.time() - 3600)
+    output = run_job("maintenance", served.pipeline, Path(served.registry.root), streaming=False)
     detail = served.rows(f"DESCRIBE DETAIL {table.sql_name}")[0]
     assert int(detail["numFiles"]) == 1
     assert served.value(f"SELECT count(*) FROM {table.sql_name}") == before
     operations = [row["operation"] for row in served.rows(f"DESCRIBE HISTORY {table.sql_name} LIMIT 3")]
     assert "OPTIMIZE" in operations
+    assert not stale.exists() and recent.exists() and kept.exists()
+    said = dict(line.split(": ", 2)[1:] for line in output.splitlines() if line.startswith("tidemark maint"))
+    assert said[table.sql_name] == f"{files_before} files compacted into 1; vacuumed (retaining 168 h)"
+    assert said[young.sql_name].endswith("; not vacuumed: created within the 168 h retention")
 
 
 def test_bad_sql_and_unknown_tables_get_the_servers_error_in_a_few_lines(served):
