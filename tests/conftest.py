@@ -49,6 +49,7 @@ LONGEST_FIRST = (
     "test_silver_engine.py",
     "test_concurrent_commits.py",
     "test_bronze_ingest.py",
+    "test_outages.py",
     "test_offline_detection.py",
     "test_parse.py",
     "test_spark_cluster.py",
