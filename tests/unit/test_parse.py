@@ -9,6 +9,7 @@ import re
 import tempfile
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,9 +19,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from py4j.clientserver import ClientServerConnection
+from pyspark.sql import Row, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.config import ConfigError, parse_pipeline
+from spark_jobs.config import ConfigError, PipelineConfig, parse_pipeline
 from spark_jobs.jobs import bronze
 from spark_jobs.jobs.common import JobContext
 from spark_jobs.sources.files import csv_lines, json_lines, read_landing, split_lines
@@ -79,14 +81,21 @@ def file_text(lines) -> bytes:
     return "".join(f"{line}\n" for line in lines).encode()
 
 
+@contextlib.contextmanager
+def landed(text: bytes, name: str = "f.json") -> Iterator[str]:
+    """A landing folder holding one file ``name`` with ``text``, landed at NOW."""
+    with tempfile.TemporaryDirectory(prefix="tidemark-landing-") as folder:
+        (Path(folder) / name).write_bytes(text)
+        os.utime(Path(folder) / name, (NOW.timestamp(), NOW.timestamp()))
+        yield folder
+
+
 def file_rows(spark, text: bytes, cfg=None, parsed=True, name="f.json"):
     """The rows the file source's reader gives a landed file ``name`` (JSON lines, or CSV
     as the pipeline says) holding ``text``, landed at NOW: its raw records, or
     (``parsed``) their parse."""
     cfg = cfg or config()
-    with tempfile.TemporaryDirectory(prefix="tidemark-landing-") as folder:
-        (Path(folder) / name).write_bytes(text)
-        os.utime(Path(folder) / name, (NOW.timestamp(), NOW.timestamp()))
+    with landed(text, name) as folder:
         csv = cfg.source.format == "csv"
         raw = csv_lines(spark.read, folder) if csv else json_lines(spark.read, cfg, folder)
         return (parse_records(raw, cfg, NOW) if parsed else raw).collect()
@@ -101,6 +110,32 @@ def parse_file(spark, lines, cfg=None):
 def read(request):
     """Both ways a JSON record reaches the parse: alone (Kafka), or as a line of a file."""
     return parse if request.param == "record" else parse_file
+
+
+Read = Callable[[SparkSession, list[str], PipelineConfig | None], list[Row]]
+
+
+@pytest.fixture(scope="module")
+def alone(spark) -> Callable[..., Row]:
+    """``alone(read, line, among, cfg=None)``: the row ``read`` gives ``line``, from one
+    read of all the lines ``among`` (its parametrize table's, under the same config),
+    made once per reader and config.
+
+    A Spark job per case was most of this file's time, and a read judges each of its
+    lines as it would alone (as the file source's property tests below check)."""
+    reads: dict[tuple[Read, tuple[str, ...], str], list[Row]] = {}
+
+    def row_of(read: Read, line: str, among: Iterable[str], cfg: PipelineConfig | None = None) -> Row:
+        lines = tuple(dict.fromkeys(among))  # each line once, so that its number finds its row
+        key = (read, lines, repr(cfg))  # a config is not hashable; equal ones print alike
+        if key not in reads:
+            reads[key] = read(spark, list(lines), cfg)
+        number = lines.index(line) + 1
+        [row] = [row for row in reads[key] if row.source_offset == number]
+        assert row.raw == line  # the row found is this case's own
+        return row
+
+    return row_of
 
 
 def reason_of(spark, line, cfg=None, read=parse):
@@ -164,26 +199,26 @@ def test_kafka_partition_wins_over_the_payload_partition_column(spark):
     assert row.source_partition == "0"
 
 
-@pytest.mark.parametrize(
-    ("line", "reason"),
-    [
-        ("", "empty_record"),
-        ("   ", "empty_record"),
-        ('{"device_id": "d1", "ts": ', "malformed_record"),
-        ("[1, 2]", "malformed_record"),
-        (record(device_id=...), "missing_key"),
-        (record(region=None), "missing_key"),
-        (record(ts=...), "missing_timestamp"),
-        (record(ts="yesterday"), "unparseable_timestamp"),
-        (record(ts=10**18), "timestamp_out_of_range"),
-        (record(ts=int(NOW.timestamp() * 1000) + 3_600_001), "future_timestamp"),
-        (record(battery="full"), "wrong_type"),
-        (record(partition="two"), "wrong_type"),
-        (record(partition=...), "missing_partition"),
-    ],
-)
-def test_each_bad_record_is_rejected_with_its_reason(spark, read, line, reason):
-    assert reason_of(spark, line, read=read) == reason
+BAD_RECORDS = [
+    ("", "empty_record"),
+    ("   ", "empty_record"),
+    ('{"device_id": "d1", "ts": ', "malformed_record"),
+    ("[1, 2]", "malformed_record"),
+    (record(device_id=...), "missing_key"),
+    (record(region=None), "missing_key"),
+    (record(ts=...), "missing_timestamp"),
+    (record(ts="yesterday"), "unparseable_timestamp"),
+    (record(ts=10**18), "timestamp_out_of_range"),
+    (record(ts=int(NOW.timestamp() * 1000) + 3_600_001), "future_timestamp"),
+    (record(battery="full"), "wrong_type"),
+    (record(partition="two"), "wrong_type"),
+    (record(partition=...), "missing_partition"),
+]
+
+
+@pytest.mark.parametrize(("line", "reason"), BAD_RECORDS)
+def test_each_bad_record_is_rejected_with_its_reason(alone, read, line, reason):
+    assert alone(read, line, [text for text, _ in BAD_RECORDS]).reason == reason
 
 
 def session_config():
@@ -191,21 +226,22 @@ def session_config():
     return config(schema=schema, window={"type": "session", "gap_column": "gap", "max_gap": "30m"}, gold=None)
 
 
-@pytest.mark.parametrize(
-    ("gap", "reason"),
-    [
-        (60_000, None),
-        (1_800_000, None),
-        (..., "gap_missing"),
-        (None, "gap_missing"),
-        (0, "gap_not_positive"),
-        (-60_000, "gap_not_positive"),
-        (1_800_001, "gap_above_max"),
-        ("long", "wrong_type"),
-    ],
-)
-def test_a_session_records_gap_must_be_present_positive_and_at_most_max_gap(spark, read, gap, reason):
-    assert reason_of(spark, record(gap=gap), session_config(), read=read) == reason
+SESSION_GAPS = [
+    (60_000, None),
+    (1_800_000, None),
+    (..., "gap_missing"),
+    (None, "gap_missing"),
+    (0, "gap_not_positive"),
+    (-60_000, "gap_not_positive"),
+    (1_800_001, "gap_above_max"),
+    ("long", "wrong_type"),
+]
+
+
+@pytest.mark.parametrize(("gap", "reason"), SESSION_GAPS)
+def test_a_session_records_gap_must_be_present_positive_and_at_most_max_gap(alone, read, gap, reason):
+    row = alone(read, record(gap=gap), [record(gap=other) for other, _ in SESSION_GAPS], session_config())
+    assert row.reason == reason
 
 
 def test_a_gap_reject_names_the_gap_and_the_bound(spark):
@@ -213,56 +249,56 @@ def test_a_gap_reject_names_the_gap_and_the_bound(spark):
     assert row.detail == "gap: 1800001 is above window.max_gap (1800000 ms)"
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        record() + record(device_id="d2"),  # two records on one line: the second would vanish
-        record() + " " + record(device_id="d2"),
-        record() + "," + record(device_id="d2"),
-        record() + " trailing words",
-        record() + "}",
-        record() + "]",  # closes the array bronze wraps a line in
-        record() + "]," + record(device_id="d2"),
-        "[" + record() + "]",
-        "\ufeff" + record(),
-    ],
-)
-def test_anything_but_one_json_object_on_a_line_is_malformed(spark, read, line):
+NOT_ONE_OBJECT = [
+    record() + record(device_id="d2"),  # two records on one line: the second would vanish
+    record() + " " + record(device_id="d2"),
+    record() + "," + record(device_id="d2"),
+    record() + " trailing words",
+    record() + "}",
+    record() + "]",  # closes the array bronze wraps a line in
+    record() + "]," + record(device_id="d2"),
+    "[" + record() + "]",
+    "\ufeff" + record(),
+]
+
+
+@pytest.mark.parametrize("line", NOT_ONE_OBJECT)
+def test_anything_but_one_json_object_on_a_line_is_malformed(alone, read, line):
     """Found by fuzzing: Spark's JSON reader ignores whatever follows the first value."""
-    assert reason_of(spark, line, read=read) == "malformed_record"
+    assert alone(read, line, NOT_ONE_OBJECT).reason == "malformed_record"
 
 
-@pytest.mark.parametrize(
-    ("line", "reason", "battery"),
-    [
-        (record(battery="12.5"), None, 12.5),  # a number in quotes casts, as its text does
-        (record(battery="NaN"), None, float("nan")),
-        (record()[:-1] + ', "battery": "empty"}', "wrong_type", None),  # the last of two wins
-        (record(battery="empty")[:-1] + ', "battery": 7}', None, 7.0),
-        (record()[:-1] + ', "battery": 1e400}', "wrong_type", None),  # beyond a double
-    ],
-)
-def test_a_value_is_judged_by_its_text(spark, read, line, reason, battery):
+VALUES_BY_TEXT = [
+    (record(battery="12.5"), None, 12.5),  # a number in quotes casts, as its text does
+    (record(battery="NaN"), None, float("nan")),
+    (record()[:-1] + ', "battery": "empty"}', "wrong_type", None),  # the last of two wins
+    (record(battery="empty")[:-1] + ', "battery": 7}', None, 7.0),
+    (record()[:-1] + ', "battery": 1e400}', "wrong_type", None),  # beyond a double
+]
+
+
+@pytest.mark.parametrize(("line", "reason", "battery"), VALUES_BY_TEXT)
+def test_a_value_is_judged_by_its_text(alone, read, line, reason, battery):
     """Found while trying a typed fast path: Spark's JSON reader converts some values
     differently from a cast of their text (it keeps a duplicate key's earlier value
     when the later does not convert, reads 1e400 as infinity). The text decides."""
-    [row] = read(spark, [line])
+    row = alone(read, line, [text for text, *_ in VALUES_BY_TEXT])
     assert (row.reason, repr(row.battery)) == (reason, repr(battery))  # repr: NaN equals NaN
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        record(device_id="d}1"),  # a brace inside a string: not the object's last character
-        record(region="nörth}"),
-        record(device_id={"nested": 1}),  # an object value: its text, as a string field reads it
-        record(battery="Infinity"),  # read as infinite at the type, so read again as text
-    ],
-)
-def test_a_line_the_byte_scan_does_not_vouch_for_is_read_as_text_with_the_same_answer(spark, read, line):
+LINES_THE_SCAN_DOES_NOT_VOUCH_FOR = [
+    record(device_id="d}1"),  # a brace inside a string: not the object's last character
+    record(region="nörth}"),
+    record(device_id={"nested": 1}),  # an object value: its text, as a string field reads it
+    record(battery="Infinity"),  # read as infinite at the type, so read again as text
+]
+
+
+@pytest.mark.parametrize("line", LINES_THE_SCAN_DOES_NOT_VOUCH_FOR)
+def test_a_line_the_byte_scan_does_not_vouch_for_is_read_as_text_with_the_same_answer(alone, read, line):
     """A line whose only ``}`` is not its last character, or whose typed read gave
     an infinity, is parsed again as text; its values must be those of its text."""
-    [row] = read(spark, [line])
+    row = alone(read, line, LINES_THE_SCAN_DOES_NOT_VOUCH_FOR)
     payload = json.loads(line)
     expected_device = payload["device_id"] if isinstance(payload["device_id"], str) else '{"nested":1}'
     assert (row.reason, row.device_id, row.region) == (None, expected_device, payload["region"])
@@ -283,31 +319,32 @@ def test_a_timestamp_just_inside_the_future_skew_is_accepted(spark, read):
     assert reason_of(spark, record(ts=int(NOW.timestamp() * 1000) + 3_600_000), read=read) is None
 
 
-@pytest.mark.parametrize(
-    ("fmt", "value", "reason", "detail"),
-    [
-        ("epoch_millis", 10**18, "timestamp_out_of_range", "ts: 1000000000000000000 is outside years 1-9999"),
-        ("epoch_seconds", 10**17, "timestamp_out_of_range", "ts: 100000000000000000 is outside years 1-9999"),
-        (
-            "epoch_millis",
-            -(10**15),
-            "timestamp_out_of_range",
-            "ts: -1000000000000000 is outside years 1-9999",
-        ),
-        (
-            "epoch_seconds",
-            int(NOW.timestamp()) + 3_601,
-            "future_timestamp",
-            f"ts: {int(NOW.timestamp()) + 3_601} is beyond the allowed future skew",
-        ),
-        ("epoch_seconds", T0 // 1000, None, None),
-    ],
-)
-def test_a_whole_epoch_time_is_judged_and_shown_as_its_text(spark, read, fmt, value, reason, detail):
+WHOLE_EPOCH_TIMES = [
+    ("epoch_millis", 10**18, "timestamp_out_of_range", "ts: 1000000000000000000 is outside years 1-9999"),
+    ("epoch_seconds", 10**17, "timestamp_out_of_range", "ts: 100000000000000000 is outside years 1-9999"),
+    (
+        "epoch_millis",
+        -(10**15),
+        "timestamp_out_of_range",
+        "ts: -1000000000000000 is outside years 1-9999",
+    ),
+    (
+        "epoch_seconds",
+        int(NOW.timestamp()) + 3_601,
+        "future_timestamp",
+        f"ts: {int(NOW.timestamp()) + 3_601} is beyond the allowed future skew",
+    ),
+    ("epoch_seconds", T0 // 1000, None, None),
+]
+
+
+@pytest.mark.parametrize(("fmt", "value", "reason", "detail"), WHOLE_EPOCH_TIMES)
+def test_a_whole_epoch_time_is_judged_and_shown_as_its_text(alone, read, fmt, value, reason, detail):
     """A whole epoch number is read at its type where it passes every check (the
     fast path); one that fails a check (beyond the range once scaled, in the
     future) is judged again from its text, which its detail shows."""
-    [row] = read(spark, [record(ts=value)], text_ts_config(fmt, kind="long"))
+    same_format = [record(ts=ts) for form, ts, *_ in WHOLE_EPOCH_TIMES if form == fmt]
+    row = alone(read, record(ts=value), same_format, text_ts_config(fmt, kind="long"))
     assert (row.reason, row.detail) == (reason, detail)
     if reason is None:
         assert row.event_time == datetime(2026, 1, 1)
@@ -353,21 +390,22 @@ def text_ts_config(fmt: str, timezone: str = "UTC", kind: str = "string"):
     return config(schema=schema, event_time={"column": "ts", "format": fmt, "timezone": timezone})
 
 
-@pytest.mark.parametrize(
-    ("fmt", "value", "expected_ms"),
-    [  # found by fuzzing: decimal(38,6) rounded the 7th decimal up into the next millisecond
-        ("epoch_seconds", "1767225600.1239996", T0 + 123),
-        ("epoch_seconds", "-0.000000228", -1),
-        ("epoch_millis", "1767225600000.9999999", T0),
-        ("epoch_millis", "-0.0000001", -1),
-        ("epoch_millis", "-1.5", -2),  # floored, where a conversion to a long truncates
-        ("epoch_millis", " 1767225600000 ", T0),  # a whole number read as a long
-        ("epoch_seconds", "1767225600", T0),
-        ("epoch_seconds", "-1", -1_000),
-    ],
-)
-def test_epoch_fractions_are_floored_to_the_millisecond_never_rounded_up(spark, fmt, value, expected_ms):
-    [row] = parse(spark, [record(ts=value)], text_ts_config(fmt))
+EPOCH_FRACTIONS = [  # found by fuzzing: decimal(38,6) rounded the 7th decimal up into the next millisecond
+    ("epoch_seconds", "1767225600.1239996", T0 + 123),
+    ("epoch_seconds", "-0.000000228", -1),
+    ("epoch_millis", "1767225600000.9999999", T0),
+    ("epoch_millis", "-0.0000001", -1),
+    ("epoch_millis", "-1.5", -2),  # floored, where a conversion to a long truncates
+    ("epoch_millis", " 1767225600000 ", T0),  # a whole number read as a long
+    ("epoch_seconds", "1767225600", T0),
+    ("epoch_seconds", "-1", -1_000),
+]
+
+
+@pytest.mark.parametrize(("fmt", "value", "expected_ms"), EPOCH_FRACTIONS)
+def test_epoch_fractions_are_floored_to_the_millisecond_never_rounded_up(alone, fmt, value, expected_ms):
+    same_format = [record(ts=ts) for form, ts, _ in EPOCH_FRACTIONS if form == fmt]
+    row = alone(parse, record(ts=value), same_format, text_ts_config(fmt))
     assert row.reason is None, row.detail
     assert row.event_time == datetime(1970, 1, 1) + timedelta(milliseconds=expected_ms)
 
@@ -387,22 +425,22 @@ def test_iso8601_zones_are_applied_once(spark, timezone, value, expected):
     assert row.event_time == expected
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        "10:00:00",  # found by fuzzing: Spark dates a bare time today, so a replay moves it
-        "T10:00:00Z",
-        "2026-01-01T10:00:00 UTC",  # found by fuzzing: zone names were applied twice
-        "2026-01-01T10:00:00Europe/Paris",
-        "2026",
-        "2026-02-29T00:00:00Z",
-    ],
-)
-def test_iso8601_needs_a_date_and_at_most_an_offset(spark, value):
+UNPARSEABLE_ISO8601 = [
+    "10:00:00",  # found by fuzzing: Spark dates a bare time today, so a replay moves it
+    "T10:00:00Z",
+    "2026-01-01T10:00:00 UTC",  # found by fuzzing: zone names were applied twice
+    "2026-01-01T10:00:00Europe/Paris",
+    "2026",
+    "2026-02-29T00:00:00Z",
+]
+
+
+@pytest.mark.parametrize("value", UNPARSEABLE_ISO8601)
+def test_iso8601_needs_a_date_and_at_most_an_offset(alone, value):
+    lines = [record(ts=ts) for ts in UNPARSEABLE_ISO8601]
     for timezone in ("UTC", "Europe/Paris"):
-        assert reason_of(spark, record(ts=value), text_ts_config("iso8601", timezone)) == (
-            "unparseable_timestamp"
-        )
+        row = alone(parse, record(ts=value), lines, text_ts_config("iso8601", timezone))
+        assert row.reason == "unparseable_timestamp"
 
 
 def test_a_pattern_that_does_not_match_is_unparseable(spark):
@@ -495,6 +533,10 @@ def test_split_lines_numbers_lines_and_ignores_only_the_trailing_newline(spark):
     assert [(r.raw, r.source_offset, r.header) for r in with_header] == [("x", 2, "h")]
 
 
+# The property tests' one config: the parse's columns are built once per config, as a
+# stream builds them once for all its batches, not again on every example.
+TELEMETRY = config()
+
 # Lines for the file read's property tests. One object a line, each in its own way:
 ONE_OBJECT_LINES = (
     record(),
@@ -544,14 +586,14 @@ def outcome(rows):
 def test_a_files_lines_of_one_object_each_are_judged_as_each_is_alone(spark, lines):
     """The file source reads a JSON file's lines as it splits the file; every line
     gets the values, the verdict and the coordinate it gets alone."""
-    assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
+    assert outcome(parse_file(spark, lines, TELEMETRY)) == outcome(parse(spark, lines, TELEMETRY))
 
 
 @settings(max_examples=10, deadline=None)
 @given(st.lists(st.sampled_from(ONE_OBJECT_LINES + OTHER_LINES), min_size=1, max_size=12))
 def test_any_file_judges_every_line_as_it_would_alone(spark, lines):
     """Whatever else a file holds, each of its lines is judged as it is alone."""
-    assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
+    assert outcome(parse_file(spark, lines, TELEMETRY)) == outcome(parse(spark, lines, TELEMETRY))
 
 
 # Text a line may hold (no newline, which ends it): JSON's punctuation, a record's
@@ -573,7 +615,7 @@ def test_any_text_a_line_holds_is_judged_as_it_is_alone(spark, lines):
     """The reader's own byte parse and byte scan give every line what Spark's
     ``from_json`` and the scan of a record alone give it (a line's closing CR is its
     line end, hence none here)."""
-    assert outcome(parse_file(spark, lines)) == outcome(parse(spark, lines))
+    assert outcome(parse_file(spark, lines, TELEMETRY)) == outcome(parse(spark, lines, TELEMETRY))
 
 
 @settings(max_examples=25, deadline=None)
@@ -581,11 +623,10 @@ def test_any_text_a_line_holds_is_judged_as_it_is_alone(spark, lines):
 def test_the_readers_byte_scan_is_surely_one_object(spark, lines):
     """One rule in two places: the scan the reader makes as it splits a file, and
     :func:`surely_one_object` over the line, for a record that arrives alone."""
-    rows = file_rows(spark, file_text(lines), parsed=False)
-    scanned = spark.createDataFrame([(row.raw,) for row in rows], "raw string")
-    assert [row.one_object for row in rows] == [
-        row.scan for row in scanned.select(surely_one_object(F.col("raw")).alias("scan")).collect()
-    ]
+    with landed(file_text(lines)) as folder:
+        raw = json_lines(spark.read, TELEMETRY, folder)
+        rows = raw.select("one_object", surely_one_object(F.col("raw")).alias("scan")).collect()
+    assert [row.one_object for row in rows] == [row.scan for row in rows]
 
 
 def test_bytes_that_are_not_utf8_or_begin_with_a_signature_are_read_as_from_json_reads_them(spark, tmp_path):
@@ -718,13 +759,16 @@ def test_compiled_from_json_reads_any_text_as_from_json_reads_it(spark, compiled
         (F.concat(F.lit('{"r":'), F.col("line"), F.lit("}")), "r STRUCT<>", {}),
     ]
     frame = spark.createDataFrame([(line,) for line in [*lines, None]], "line string")
+
+    def both_reads(from_json):
+        return F.struct(*(from_json(text, schema, options) for text, schema, options in reads))
+
     with expressions_compiled(spark) if compiled else contextlib.nullcontext():
-        for text, schema, options in reads:
-            pairs = frame.select(
-                F.from_json(text, schema, options).alias("spark"),
-                compiled_from_json(text, schema, options).alias("ours"),
-            ).collect()
-            assert [row.ours for row in pairs] == [row.spark for row in pairs]
+        pairs = frame.select(
+            both_reads(F.from_json).alias("spark"), both_reads(compiled_from_json).alias("ours")
+        )
+        rows = pairs.collect()
+    assert [row.ours for row in rows] == [row.spark for row in rows]
 
 
 def test_the_text_paths_reads_leave_every_projection_of_the_parse_compiled(spark, tmp_path):
