@@ -51,10 +51,10 @@ class Standalone:
     home: Path
     client: Airflow
     leftovers: list[int] = field(default_factory=list)
-    # Sessions of schedulers killed or started by a test: their LocalExecutor
+    # Sessions of schedulers and triggerers killed or started by a test: LocalExecutor
     # workers rename themselves (setproctitle overwrites /proc/<pid>/environ), so
     # AIRFLOW_HOME cannot find the ones a killed scheduler orphaned.
-    scheduler_sessions: set[int] = field(default_factory=set)
+    component_sessions: set[int] = field(default_factory=set)
     # (pid, start time) of the LocalExecutor workers a killed scheduler left behind:
     # idle in standalone's group, they ignore its SIGTERM, so its stop would wait
     # its whole grace for them.
@@ -88,7 +88,7 @@ def airflow_standalone(
                 with suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         stop(home, grace=TEARDOWN_GRACE_S)
-        for pid in members_of(standalone.scheduler_sessions):
+        for pid in members_of(standalone.component_sessions):
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if client.process is not None:
@@ -142,45 +142,41 @@ def members_of(sessions: set[int]) -> list[int]:
     ]
 
 
-def scheduler_of(standalone: Standalone) -> int:
-    """The pid of the ``airflow scheduler`` that standalone started."""
+def component_of(standalone: Standalone, component: str) -> int:
+    """The pid of the ``airflow <component>`` (scheduler, triggerer) that standalone started."""
     parent = int((standalone.home / PID_FILE).read_text().split()[0])
     found = [
         pid
         for pid in processes_of(standalone.home)
-        if parent_of(pid) == parent and command_line(pid)[-1:] == ["scheduler"]
+        if parent_of(pid) == parent and command_line(pid)[-1:] == [component]
     ]
-    assert len(found) == 1, f"expected one scheduler under standalone {parent}, found {found}"
+    assert len(found) == 1, f"expected one {component} under standalone {parent}, found {found}"
     return found[0]
 
 
-def kill_scheduler(standalone: Standalone) -> dict[str, str]:
-    """SIGKILL the scheduler, as a crash would (its LocalExecutor workers and the
-    tasks they run are left orphaned); returns the environment it ran with."""
-    pid = scheduler_of(standalone)
+def restart_component(standalone: Standalone, component: str) -> subprocess.Popen:
+    """SIGKILL standalone's ``airflow <component>``, as a crash would (what it started,
+    a scheduler's LocalExecutor workers and the tasks they run, a triggerer's trigger
+    runner, is left orphaned), and start a new one with its environment, as a supervisor
+    would. The new one cannot join standalone's process group (another session), but it
+    carries the same AIRFLOW_HOME, by which stopping the standalone finds it."""
+    pid = component_of(standalone, component)
     variables = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     environment = dict(item.decode().split("=", 1) for item in variables if b"=" in item)
-    standalone.scheduler_sessions.add(stat_field(pid, 3))
+    standalone.component_sessions.add(stat_field(pid, 3))
     standalone.orphaned_workers |= {(child, stat_field(child, STARTTIME)) for child in children_of(pid)}
     os.kill(pid, signal.SIGKILL)
-    return environment
-
-
-def start_scheduler(standalone: Standalone, environment: Mapping[str, str]) -> subprocess.Popen:
-    """A new ``airflow scheduler``, as a supervisor restarting a crashed scheduler
-    would. It cannot join standalone's process group (another session), but it
-    carries the same AIRFLOW_HOME, by which stopping the standalone finds it."""
-    with (standalone.home / "scheduler-restarted.log").open("ab") as log:
-        scheduler = subprocess.Popen(
-            [str(Path(environment["PATH"].split(":")[0]) / "airflow"), "scheduler"],
-            env=dict(environment),
+    with (standalone.home / f"{component}-restarted.log").open("ab") as log:
+        started = subprocess.Popen(
+            [str(Path(environment["PATH"].split(":")[0]) / "airflow"), component],
+            env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    standalone.scheduler_sessions.add(scheduler.pid)
-    return scheduler
+    standalone.component_sessions.add(started.pid)
+    return started
 
 
 def stream_drivers(job: str, pipeline: str) -> list[int]:

@@ -35,8 +35,7 @@ from spark_jobs.session import DEFAULT_PROFILE, JVM_PROFILES
 from tests.integration.airflow_standalone import (
     airflow_standalone,
     command_line,
-    kill_scheduler,
-    start_scheduler,
+    restart_component,
     stream_drivers,
 )
 from tests.integration.conftest import assert_bronze_reconciles, registry_for, write_pipeline
@@ -290,7 +289,7 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
                     for pid in killed_drivers:
                         os.kill(pid, signal.SIGKILL)
                 elif moment == 0.5:
-                    restarted = start_scheduler(standalone, kill_scheduler(standalone))
+                    restarted = restart_component(standalone, "scheduler")
                     killed_at = time.monotonic() - feed_started
                 else:
                     # Unpaused, the daily maintenance schedules its latest interval now.
