@@ -20,9 +20,11 @@ from tests.integration.conftest import (
     job_command,
     kill_hard,
     registry_for,
+    run_here,
     wait_for,
     write_pipeline,
 )
+from tests.integration.test_late_merge import assert_reconciles
 from tests.integration.test_object_storage import objects_under
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -47,6 +49,14 @@ def ingested(spark, registry) -> int:
     """Records bronze has taken in: its rows and its rejects."""
     rows = spark.read.format("delta").load(registry.bronze.path).count()
     return rows + spark.read.format("delta").load(registry.ops["rejects"].path).count()
+
+
+def assert_judged_exactly(spark, pipeline: Path, lakehouse: Path | str, registry, generated) -> None:
+    """Input = bronze + rejected, and silver, run over what bronze took in, judges each
+    bronze record once: on time in a window or quarantined."""
+    assert_bronze_reconciles(spark, registry, Manifest.of(generated), generated)
+    assert run_here("silver", pipeline, lakehouse).returncode == 0
+    assert_reconciles(spark, registry)
 
 
 def test_bronze_rides_through_a_broker_stopped_for_half_a_minute_and_loses_and_doubles_nothing(
@@ -86,7 +96,7 @@ def test_bronze_rides_through_a_broker_stopped_for_half_a_minute_and_loses_and_d
             kill_hard(bronze)
     finally:
         broker.stop()
-    assert_bronze_reconciles(spark, registry, Manifest.of(generated), generated)
+    assert_judged_exactly(spark, pipeline, lakehouse, registry, generated)
 
 
 def test_bronze_rides_through_an_object_store_stopped_for_half_a_minute_mid_commits(
@@ -120,4 +130,4 @@ def test_bronze_rides_through_an_object_store_stopped_for_half_a_minute_mid_comm
         kill_hard(bronze)
         if s3_server.process.poll() is not None:  # the suite's store, for the tests after this one
             s3_server.start()
-    assert_bronze_reconciles(spark, registry, Manifest.of(generated), generated)
+    assert_judged_exactly(spark, pipeline, lakehouse, registry, generated)
