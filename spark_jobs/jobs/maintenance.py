@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from spark_jobs.arguments import with_examples
 from spark_jobs.catalog import qualified_name, register_tables
 from spark_jobs.config import PIPELINE_HELP, load_pipeline, parse_duration
+from spark_jobs.faults import crash_point
 from spark_jobs.jobs.common import exit_with_named_errors
 from spark_jobs.lakehouse.files import delete_older_than, subfolder_sizes
 from spark_jobs.lakehouse.log import created_ms
@@ -51,6 +52,7 @@ def maintain(spark: SparkSession, table: TableRef, retain_ms: int) -> str:
         return f"{table.sql_name}: not created yet"
     name = qualified_name(table)
     compacted = retry_on_conflict(lambda: spark.sql(f"OPTIMIZE {name}").first(), f"OPTIMIZE {name}")
+    crash_point("maintenance:optimize")
     metrics = compacted.metrics
     retain_hours = retain_ms / HOUR_MS
     if may_hold_files_to_vacuum(created_ms(spark, table.path), int(time.time() * 1000), retain_ms):

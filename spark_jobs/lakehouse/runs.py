@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
+from spark_jobs.faults import crash_point
 from spark_jobs.jvm import error_summary
 from spark_jobs.lakehouse.transaction import Transaction
 from spark_jobs.tables import TableRegistry
@@ -78,6 +79,8 @@ class RunLog:
         except Exception as error:
             unlogged = f"could not log the run's start: {error_summary(error)}"
             print(f"tidemark {self.job}: {unlogged}", file=sys.stderr)
+        else:
+            crash_point(f"{self.job}:started")
 
     def ended(self, status: str, totals: RunTotals, message: str | None = None) -> None:
         if self._starting is not None:

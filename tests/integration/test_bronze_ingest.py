@@ -20,12 +20,9 @@ from spark_jobs.sources.progress import written_partitions
 from tests.integration.conftest import (
     assert_bronze_reconciles,
     delta_commits,
-    job_running,
-    kill_hard,
     registry_for,
     run_here,
     run_job,
-    wait_for,
     write_pipeline,
 )
 
@@ -184,26 +181,6 @@ def test_each_commit_names_the_partitions_of_its_records_and_silver_reads_its_ba
     assert sorted(read) == list(range(2, latest + 1))
 
 
-def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing_files(spark, tmp_path):
-    pipeline, lakehouse, generated, manifest, files = land(tmp_path, per_file=100, max_files_per_trigger=1)
-    registry = registry_for(pipeline, lakehouse)
-    total_files = len(files)
-
-    with job_running("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "200ms") as job:
-        wait_for(lambda: delta_commits(registry.bronze.path) >= 6, 240, "bronze to commit a few batches")
-        kill_hard(job)
-    partial = spark.read.format("delta").load(registry.bronze.path).count()
-    assert 0 < partial < manifest.valid, "the kill should land mid-stream"
-
-    # The restart takes the rest in one trigger, in this process: the killed process
-    # and its checkpoint are what is under test, not the restart's own submit.
-    unlimited = write_pipeline(tmp_path, source={**source_of(pipeline), "max_files_per_trigger": None})
-    assert run_here("bronze", unlimited, lakehouse).returncode == 0
-
-    assert total_files > 20
-    assert_bronze_reconciles(spark, registry, manifest, generated)
-
-
 def test_kafka_topic_reconciles_exactly_and_keeps_kafka_coordinates(spark, tmp_path, kafka_broker):
     topic = "telemetry_e2e"
     kafka_broker.create_topic(topic, 4)
@@ -232,35 +209,6 @@ def test_kafka_topic_reconciles_exactly_and_keeps_kafka_coordinates(spark, tmp_p
     assert {r.source_partition: (r.n, r.lo, r.hi) for r in offsets.collect()} == {
         str(p): (n, 0, n - 1) for p, n in manifest.per_partition.items()
     }
-
-
-def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing_kafka(spark, tmp_path, kafka_broker):
-    topic = "telemetry_crash"
-    kafka_broker.create_topic(topic, 4)
-    pipeline = write_pipeline(
-        tmp_path,
-        source={
-            "kind": "kafka",
-            "bootstrap_servers": kafka_broker.bootstrap_servers,
-            "topic": topic,
-            "max_offsets_per_trigger": 300,
-        },
-    )
-    lakehouse = tmp_path / "lakehouse"
-    registry = registry_for(pipeline, lakehouse)
-    generated = generate(FLEET, malformed_kinds("kafka"))
-    manifest = Manifest.of(generated)
-    send_to_kafka(generated, kafka_broker.bootstrap_servers, topic)
-
-    with job_running("bronze", pipeline, lakehouse, "--trigger", "continuous", "--interval", "200ms") as job:
-        wait_for(lambda: delta_commits(registry.bronze.path) >= 6, 240, "bronze to commit a few batches")
-        kill_hard(job)
-    assert 0 < spark.read.format("delta").load(registry.bronze.path).count() < manifest.valid
-
-    unlimited = write_pipeline(tmp_path, source={**source_of(pipeline), "max_offsets_per_trigger": None})
-    assert run_here("bronze", unlimited, lakehouse).returncode == 0
-
-    assert_bronze_reconciles(spark, registry, manifest, generated)
 
 
 def landed_names(folder: Path) -> set[str]:
