@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import urllib.error
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -191,3 +192,26 @@ def stream_drivers(job: str, pipeline: str) -> list[int]:
         if is_driver and runs_job and "continuous" in arguments and pipeline in arguments:
             found.append(int(entry.name))
     return found
+
+
+def task_state(airflow: Airflow, dag_id: str, run_id: str, task_id: str) -> str | None:
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+    try:
+        return airflow.request("GET", path)["state"]
+    except urllib.error.HTTPError as error:
+        if error.code == 404:  # a run not scheduled yet has no task instances
+            return None
+        raise
+
+
+def trigger_logs(home: Path, dag_id: str, run_id: str, task_id: str) -> dict[int, str]:
+    """A deferred task's trigger logs, by the id of the triggerer job that ran its trigger."""
+    folder = home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+    logs = folder.glob("attempt=*.log.trigger.*.log")
+    return {int(path.name.split(".")[-2]): path.read_text() for path in logs}
+
+
+def newest_triggerer(airflow: Airflow) -> int:
+    """The id of the triggerer job started last (a restarted triggerer's)."""
+    triggerers = airflow.request("GET", "/api/v2/jobs?job_type=TriggererJob&limit=100")["jobs"]
+    return max(job["id"] for job in triggerers)

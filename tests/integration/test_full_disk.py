@@ -5,9 +5,7 @@ tables equal those of a run on a disk that never filled."""
 
 from __future__ import annotations
 
-import errno
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from tests.integration.engine import (
     run_job_once,
     run_jobs,
 )
+from tests.integration.small_disk import fill, small_disk
 
 pytestmark = [pytest.mark.spark]
 
@@ -49,28 +48,9 @@ LANDINGS[2].append(payload(0, BASE_MS + 30_000, "d0", 10.0, 2.0))
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    size = f"size={DISK_MB}m"
-    subprocess.run(["mount", "-t", "tmpfs", "-o", size, "tidemark-full", str(mount)], check=True)
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "--lazy", str(mount)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """A file that takes every byte left on ``disk``, down to its last block."""
-    filler = disk / "filler"
-    with filler.open("wb", buffering=0) as handle:
-        for chunk in (1024 * 1024, 4096, 1):
-            try:
-                while True:
-                    handle.write(b"\0" * chunk)
-            except OSError as error:
-                assert error.errno == errno.ENOSPC
-    return filler
+def disk(tmp_path: Path) -> Iterator[Path]:
+    with small_disk(tmp_path / "disk", DISK_MB) as mounted:
+        yield mounted
 
 
 def land(registry: TableRegistry, records: list[dict]) -> None:
@@ -83,23 +63,23 @@ def tables(spark, registry: TableRegistry) -> tuple:
 
 
 def test_a_full_disk_fails_each_run_by_name_damages_nothing_and_freed_resumes_exactly(
-    spark, tmp_path, small_disk, capsys
+    spark, tmp_path, disk, capsys
 ):
     config = engine_config(TUMBLING, BOUNDED)
-    registry = TableRegistry(config, str(small_disk / "lakehouse"))
+    registry = TableRegistry(config, str(disk / "lakehouse"))
     land(registry, LANDINGS[0])
     run_jobs(spark, registry, *STREAMS)
     land(registry, LANDINGS[1])
     bronze_before = spark.read.format("delta").load(registry.bronze.path).count()
 
-    filler = fill(small_disk)
+    filler = fill(disk)
     capsys.readouterr()
     # Airflow retries the task while the disk stays full: each attempt fails alike.
     for _attempt in range(2):
         assert run_job_once(spark, registry, "bronze") == 1
         error = capsys.readouterr().err
         assert "tidemark bronze: a disk is full (No space left on device)" in error
-        assert f"the disk of {small_disk}/lakehouse (0.0 MB free)" in error
+        assert f"the disk of {disk}/lakehouse (0.0 MB free)" in error
     assert spark.read.format("delta").load(registry.bronze.path).count() == bronze_before
     checkpoint = join(registry.root, "_checkpoints", config.name, "bronze")
     assert damaged_log_files(spark, checkpoint) == []

@@ -5,7 +5,8 @@ at a fixed rate for a fixed time.
 
 The pipeline's four continuous streams run as one application in one Airflow task,
 with late merges, idleness checks and maintenance beside them. Early in the feed the
-application is killed with SIGKILL, half-way the scheduler; a new scheduler starts,
+application is killed with SIGKILL; half-way, while a merge runs and an hourly report's
+WatermarkSensor is deferred, the scheduler and the triggerer are; new ones start,
 and Airflow's retries restart what ran. Afterwards the tables reconcile
 exactly, silver, gold and the status events equal a batch computation over bronze,
 and the SQL server answers over the same S3 lakehouse.
@@ -24,19 +25,24 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
+from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 from tidemark_airflow.standalone import processes_of, wait
 
-from spark_jobs.generator import FleetSpec, Manifest, generate, malformed_kinds
+from spark_jobs.generator import START_MS, FleetSpec, Manifest, generate, malformed_kinds
 from spark_jobs.session import DEFAULT_PROFILE, JVM_PROFILES
 from tests.integration.airflow_standalone import (
     airflow_standalone,
     command_line,
+    newest_triggerer,
     restart_component,
     stream_drivers,
+    trigger_logs,
 )
 from tests.integration.conftest import assert_bronze_reconciles, registry_for, write_pipeline
 from tests.integration.lakehouse_sql import (
@@ -63,8 +69,17 @@ JOBS = ("run", "merge_late", "check_idle", "maintenance")
 # Partitions go idle after seconds rather than the shipped minute, so the wait for
 # the idleness check after the feed stops is short.
 IDLENESS_S = 10
-DAGS = ("tidemark_streaming", "tidemark_late_merge", "tidemark_idleness_check", "tidemark_maintenance")
-IDLENESS, MAINTENANCE = "tidemark_idleness_check", "tidemark_maintenance"
+IDLENESS, MAINTENANCE, MERGE, REPORT = (
+    "tidemark_idleness_check",
+    "tidemark_maintenance",
+    "tidemark_late_merge",
+    "tidemark_hourly_report",
+)
+DAGS = ("tidemark_streaming", MERGE, IDLENESS, MAINTENANCE, REPORT)
+# The report's run covers the hour before a moment 90 minutes into the fleet's 100: the
+# watermark passes it near the feed's end, long after the restarts half-way.
+REPORT_HOUR_END = datetime.fromtimestamp(START_MS / 1000, UTC) + timedelta(minutes=90)
+REPORT_SENSOR = "hour_complete_in_event_time"
 # Unpaused only when their first run is due: unpausing runs a schedule's latest interval.
 UNPAUSED_LATER = (IDLENESS, MAINTENANCE)
 # Two workers of two cores, an application gets one unless it asks: the streams, a merge,
@@ -133,6 +148,11 @@ def jvm_profile_of(pid: int) -> str | None:
 
 
 def count(spark, path: str, where: str = "true") -> int:
+    """The rows of the table at ``path`` matching ``where``; none before it is created
+    (on a loaded machine the restarted application may not have created it by the
+    feed's end)."""
+    if not DeltaTable.isDeltaTable(spark, path):
+        return 0
     return spark.read.format("delta").load(path).where(where).count()
 
 
@@ -176,6 +196,21 @@ def applications_of(cluster: Cluster, pipeline: Path) -> list[dict]:
     return [
         app for app in state["completedapps"] + state["activeapps"] if app["name"].endswith(pipeline.stem)
     ]
+
+
+def task_instances(airflow, dag_id: str, run_id: str) -> dict[str, dict]:
+    """A run's task instances by task id (a mapped task's last)."""
+    listed = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+    return {task["task_id"]: task for task in listed["task_instances"]}
+
+
+def state_of(airflow, dag_id: str, run_id: str, task_id: str) -> str | None:
+    return task_instances(airflow, dag_id, run_id).get(task_id, {}).get("state")
+
+
+def merging_while_sensor_deferred(airflow, merge_run: str, report_run: str) -> bool:
+    merging = state_of(airflow, MERGE, merge_run, "merge_late") == "running"
+    return merging and state_of(airflow, REPORT, report_run, REPORT_SENSOR) == "deferred"
 
 
 def scheduled_passes(airflow) -> list[str]:
@@ -248,6 +283,10 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
             "SPARK_LOCAL_IP": "127.0.0.1",
             "TIDEMARK_SHUFFLE_PARTITIONS": str(2 * APP_CORES),
             "TIDEMARK_CACHE_DIR": str(tmp_path / "cache"),
+            # The report's sensor reads the watermark every few seconds, and a dead
+            # triggerer's trigger moves to the new one after seconds, not the default 30.
+            "AIRFLOW__TIDEMARK__WATERMARK_POKE_INTERVAL": "3",
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
         }
         standalone = running.enter_context(airflow_standalone(tmp_path / "airflow", lakehouse, settings))
         reached("standalone_up")
@@ -259,9 +298,15 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
         # choice ahead of it is the DAG's and the operator's to render (test_dags,
         # test_operators); under throughput the application took 192 CPU-s here, not 110.
         streaming = airflow.trigger("tidemark_streaming", {"mode": "continuous", "interval": "5s"})
+        report = airflow.trigger(REPORT, {"pipeline": pipeline.stem}, logical_date=REPORT_HOUR_END)
         for dag_id in DAGS:
             if dag_id not in UNPAUSED_LATER:
                 airflow.unpause(dag_id)
+        # Unpausing scheduled the report of the hour before now, which the fleet's event
+        # time never reaches: it would hold the DAG's one active run, so it is failed.
+        wait(lambda: runs_of(airflow, REPORT, "scheduled"), 120, "the report's scheduled run")
+        for run_id in runs_of(airflow, REPORT, "scheduled"):
+            airflow.request("PATCH", f"/api/v2/dags/{REPORT}/dagRuns/{run_id}", {"state": "failed"})
         try:
             wait(lambda: stream_drivers("run", str(pipeline)), 600, "the pipeline's application")
             reached("application_started")
@@ -280,16 +325,26 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
                 stdout=subprocess.PIPE,
                 text=True,
             )
-            # The application crashes early, the scheduler half-way: the new scheduler resets
-            # the orphaned tasks and their retries run them again.
-            for moment in (0.2, 0.5, 0.7):
+            # The application crashes early; a merge starts, and half-way the scheduler and
+            # the triggerer crash while it runs and the report's sensor is deferred: the new
+            # scheduler resets the orphaned tasks and their retries run them again, the new
+            # triggerer takes the sensor's trigger over.
+            for moment in (0.2, 0.35, 0.5, 0.7):
                 time.sleep(max(0.0, feed_started + moment * FEED_SECONDS - time.monotonic()))
                 if moment == 0.2:
                     killed_drivers = stream_drivers("run", str(pipeline))
                     for pid in killed_drivers:
                         os.kill(pid, signal.SIGKILL)
+                elif moment == 0.35:
+                    merge_beside = airflow.trigger(MERGE, {"pipeline": pipeline.stem})
                 elif moment == 0.5:
-                    restarted = restart_component(standalone, "scheduler")
+                    wait(
+                        partial(merging_while_sensor_deferred, airflow, merge_beside, report),
+                        120,
+                        "the merge to run and the report's sensor to defer",
+                        every=0.5,
+                    )
+                    restarted = [restart_component(standalone, name) for name in ("scheduler", "triggerer")]
                     killed_at = time.monotonic() - feed_started
                 else:
                     # Unpaused, the daily maintenance schedules its latest interval now.
@@ -301,8 +356,8 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
             assert json.loads(output)["records"] == manifest.records
             bronze_at_feed_end = count(spark, registry.bronze.path)
 
-            airflow.wait_until_healthy()  # the new scheduler heartbeats
-            assert restarted.poll() is None
+            airflow.wait_until_healthy()  # the new scheduler and triggerer heartbeat
+            assert all(process.poll() is None for process in restarted)
 
             def everything_ingested() -> bool:
                 ingested = count(spark, registry.bronze.path) + count(spark, registry.ops["rejects"].path)
@@ -322,7 +377,7 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
             reached("detector_caught_up")
             # Every record and track is judged, so both side outputs are complete: the
             # last merge folds them in while the idleness checks below run beside it.
-            merge = airflow.trigger("tidemark_late_merge", {})
+            merge = airflow.trigger(MERGE, {})
 
             # The feed has stopped: once every partition has been quiet for the
             # idleness timeout (by silver's clock), an idleness check marks them
@@ -344,7 +399,19 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
             final = latest_step(spark, registry)
             reached("all_idle")
             assert final.active_partitions == 0 and final.idle_partitions == FLEET.partitions
-            assert airflow.wait_for_run("tidemark_late_merge", merge) == "success"
+            assert airflow.wait_for_run(MERGE, merge) == "success"
+            assert airflow.wait_for_run(MERGE, merge_beside) == "success"
+            # The report's hour passed while the new triggerer polled: its trigger fired
+            # there and handed the sensor back to the new scheduler, which ran the report.
+            assert airflow.wait_for_run(REPORT, report) == "success"
+            reported = task_instances(airflow, REPORT, report)
+            assert {task: instance["state"] for task, instance in reported.items()} == {
+                REPORT_SENSOR: "success",
+                "report": "success",
+            }
+            sensor_logs = trigger_logs(standalone.home, REPORT, report, REPORT_SENSOR)
+            fired_in = [job for job, text in sensor_logs.items() if "Trigger fired event" in text]
+            assert fired_in == [newest_triggerer(airflow)], sensor_logs.keys()
             (maintained,) = runs_of(airflow, MAINTENANCE, "scheduled")
             assert airflow.wait_for_run(MAINTENANCE, maintained) == "success"
             # Airflow's retry restarted the killed application.
@@ -379,10 +446,9 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
                 statuses = quarantine_by_status(spark, registry)
                 raise AssertionError(f"still apart: {apart}; quarantine by status: {statuses}") from timeout
             reached("converged")
-            tasks = airflow.request(
-                "GET", f"/api/v2/dags/tidemark_streaming/dagRuns/{streaming}/taskInstances"
-            )
-            tries = {ti["task_id"]: ti["try_number"] for ti in tasks["task_instances"]}
+            streamed = task_instances(airflow, "tidemark_streaming", streaming)
+            tries = {task: instance["try_number"] for task, instance in streamed.items()}
+            merge_tries = task_instances(airflow, MERGE, merge_beside)["merge_late"]["try_number"]
             # Unpausing created a scheduled run beside the triggered one. Whichever the
             # scheduler started first, the scheduled one never ran its pass: it gave way
             # (skipped) or is still queued behind the triggered one (no state yet).
@@ -458,6 +524,7 @@ def test_a_production_rehearsal_on_a_cluster_over_s3_loses_and_doubles_nothing(
             "caught_up_s_after_feed": round(caught_up_after, 1),
             "scheduler_killed_at_s": round(killed_at, 1),
             "stream_tries": tries,
+            "merge_beside_restart_tries": merge_tries,
             "late_quarantined_and_merged": statuses["merged"],
             "silver_batches": len(history),
             "idleness_checks": len(checks),
