@@ -36,8 +36,8 @@ os.environ.setdefault(JVM_PROFILE_VARIABLE, "short-jobs")
 # running it alone at the end. Any other file keeps its place after these.
 LONGEST_FIRST = (
     "test_production_rehearsal.py",
-    "test_merge_beside_live.py",
     "test_fault_injection.py",
+    "test_merge_beside_live.py",
     "test_late_merge.py",
     "test_airflow_e2e.py",
     "test_crash_points.py",
