@@ -165,8 +165,11 @@ def race(store: Store, work: Path) -> dict[str, set[int]]:
             assert all(racer.poll() is None for racer in racers.values()), "a racer exited before the start"
             time.sleep(0.1)
         start = str(time.time() + 1)
+        # Written aside and renamed: a racer polling for the file must never read it empty.
         for name in RACERS:
-            (work / f"{name}.start").write_text(start)
+            aside = work / f"{name}.start.partial"
+            aside.write_text(start)
+            aside.rename(work / f"{name}.start")
         assert [racer.wait(timeout=120) for racer in racers.values()] == [0] * len(RACERS)
     finally:
         for racer in racers.values():

@@ -317,7 +317,8 @@ def test_the_plans_crash_right_after_every_write_the_jobs_mark():
     }
     planned = {step for steps in PLAN.values() for step in steps}
     # The offline stream's fold of tracks a merge claimed: test_late_merge crashes there.
-    assert marked == planned | {"offline:fold"}
+    # Maintenance's OPTIMIZE changes no row: the storm (test_fault_injection) kills it there.
+    assert marked == planned | {"offline:fold", "maintenance:optimize"}
 
 
 # Three bronze versions one silver trigger judges together: the first opens window
