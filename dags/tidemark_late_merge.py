@@ -8,14 +8,11 @@ with any (a merge task per pipeline). A run triggered from the UI merges its
 `pipeline`, with Params: a dry run prints what would change and writes nothing;
 a time range limits the merge to windows starting in ``[from, to)``."""
 
-from datetime import timedelta
-
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, Param, dag, task
 from airflow.sdk.types import DagRunProtocol
 from tidemark_airflow.merging import pending_late_records, pipelines_due
 from tidemark_airflow.operators import (
     BATCH_TIMEOUT,
-    DEFAULT_ARGS,
     GOLD_ASSET,
     QUARANTINE_ASSET,
     STATUS_ASSET,
@@ -49,7 +46,7 @@ def time_bound(description: str) -> Param:
             description="scheduled and Asset-triggered runs merge a pipeline once this many wait",
         ),
     },
-    **dag_settings("merge", default_args={**DEFAULT_ARGS, "retry_delay": timedelta(minutes=1)}),
+    **dag_settings("merge"),
 )
 def tidemark_late_merge() -> None:
     @task
