@@ -602,7 +602,7 @@ def fold_late_sessions(
     )
     limits = Limits.of(config)
 
-    def fold(key: tuple, stored: pd.DataFrame, arrived: pd.DataFrame) -> Iterator[dict]:
+    def fold(key: tuple, stored: Sequence[tuple], arrived: Sequence[Unit]) -> Iterator[dict]:
         return fold_key(key, stored, arrived, watermark, limits)
 
     runs = run_units(records, config)
