@@ -1,7 +1,8 @@
 """Calls to Airflow's REST API, shared by the page's merge button and the standalone client.
 
 On SQLite the api-server answers 500 when the scheduler holds the database longer than its
-busy timeout, so a server error is retried. A new run's id is chosen here, so a retried POST
+busy timeout, and on a loaded machine it can leave a call unanswered past the client's
+timeout: a server error and a timeout are retried. A new run's id is chosen here, so a retried POST
 whose first attempt did create the run finds it (409) instead of starting a second one.
 """
 
@@ -22,7 +23,7 @@ TIMEOUT_S = 30
 
 
 def call(url: str, method: str, body: Any = None, token: str | None = None) -> Any:
-    """JSON in and out of ``url``; a server error is retried a few times, then raised."""
+    """JSON in and out of ``url``; a server error or a timeout is retried a few times, then raised."""
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -36,6 +37,10 @@ def call(url: str, method: str, body: Any = None, token: str | None = None) -> A
             return json.loads(payload) if payload else None
         except urllib.error.HTTPError as error:
             if error.code < HTTPStatus.INTERNAL_SERVER_ERROR or attempt == SERVER_ERROR_ATTEMPTS:
+                raise
+        except (TimeoutError, urllib.error.URLError) as error:
+            timed_out = isinstance(error, TimeoutError) or isinstance(error.reason, TimeoutError)
+            if not timed_out or attempt == SERVER_ERROR_ATTEMPTS:
                 raise
         time.sleep(SERVER_ERROR_PAUSE_S * attempt)
         attempt += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +15,7 @@ from tidemark_airflow import rest
 from tidemark_airflow.standalone import PASSWORDS_FILE, USER, Airflow
 
 BASE = "/airflow"
+CLIENT_TIMEOUT_S, STALL_S = 0.2, 0.6
 
 
 class FlakyAirflow(BaseHTTPRequestHandler):
@@ -26,6 +28,7 @@ class FlakyAirflow(BaseHTTPRequestHandler):
     runs: list[str] = []
     posts = 0
     gets = 0
+    stalls = 0
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -53,6 +56,11 @@ class FlakyAirflow(BaseHTTPRequestHandler):
         type(self).gets += 1
         if self.path == "/api/v2/monitor/broken":
             return self.answer(503, {"detail": "down"})
+        if self.path == "/api/v2/monitor/slow":
+            if type(self).stalls:
+                type(self).stalls -= 1
+                time.sleep(STALL_S)
+            return self.answer(200, {"status": "healthy"})
         return self.answer(404, {"detail": "not found"})
 
     def answer(self, code: int, payload: dict) -> None:
@@ -70,7 +78,8 @@ class FlakyAirflow(BaseHTTPRequestHandler):
 def airflow(tmp_path, monkeypatch) -> Iterator[Airflow]:
     monkeypatch.setattr(rest, "SERVER_ERROR_PAUSE_S", 0.01)
     FlakyAirflow.failures, FlakyAirflow.locked, FlakyAirflow.runs = 0, 0, []
-    FlakyAirflow.posts, FlakyAirflow.gets = 0, 0
+    FlakyAirflow.posts, FlakyAirflow.gets, FlakyAirflow.stalls = 0, 0, 0
+    monkeypatch.setattr(rest, "TIMEOUT_S", CLIENT_TIMEOUT_S)
     (tmp_path / PASSWORDS_FILE).write_text(json.dumps({USER: "secret"}))
     server = ThreadingHTTPServer(("127.0.0.1", 0), FlakyAirflow)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -120,3 +129,16 @@ def test_client_errors_are_not_retried(airflow):
         airflow.request("GET", "/api/v2/dags/nope", token=None)
     assert raised.value.code == 404
     assert FlakyAirflow.gets == 1
+
+
+def test_a_call_left_unanswered_past_the_timeout_is_retried_until_answered(airflow):
+    FlakyAirflow.stalls = 2
+    assert airflow.request("GET", "/api/v2/monitor/slow", token=None) == {"status": "healthy"}
+    assert FlakyAirflow.gets == 3
+
+
+def test_a_call_that_times_out_on_every_attempt_is_raised_after_a_few(airflow):
+    FlakyAirflow.stalls = rest.SERVER_ERROR_ATTEMPTS
+    with pytest.raises(TimeoutError):
+        airflow.request("GET", "/api/v2/monitor/slow", token=None)
+    assert FlakyAirflow.gets == rest.SERVER_ERROR_ATTEMPTS
