@@ -111,6 +111,15 @@ def weed_binary() -> Path:
     return Path(found)
 
 
+# What ``weed mini`` logs when a port it was given is in use, then exits.
+PORT_TAKEN = b"Port allocation failed"
+START_ATTEMPTS = 3
+
+
+class PortTakenError(RuntimeError):
+    """A port chosen for the server was bound by another process before the server bound it."""
+
+
 class S3Server:
     """A one-process SeaweedFS (``weed mini``: master, volume, filer and S3 gateway)
     listening on ``bind`` (loopback unless told), with one identity and one bucket.
@@ -127,12 +136,20 @@ class S3Server:
     ) -> None:
         self.folder, self.bind = Path(folder), bind
         self.bucket, self.access_key, self.secret_key = bucket, access_key, secret_key
+        self.port_given = port is not None
         self.port = port or free_port()
-        self.ports = {name: free_port() for name in ("master", "volume", "filer")}
-        # gRPC ports too (each is its HTTP port + 10000 unless given): two servers on
-        # one machine never collide.
-        self.grpc_ports = {name: free_port() for name in self.ports}
+        self.ports: dict[str, int] = {}
+        self.grpc_ports: dict[str, int] = {}
+        self._choose_ports()
         self.process: subprocess.Popen | None = None
+
+    def _choose_ports(self) -> None:
+        """Free ports for every listener the caller did not name. gRPC ports too (each is
+        its HTTP port + 10000 unless given): two servers on one machine never collide."""
+        if not self.port_given:
+            self.port = free_port()
+        self.ports = {name: free_port() for name in ("master", "volume", "filer")}
+        self.grpc_ports = {name: free_port() for name in self.ports}
 
     @property
     def endpoint(self) -> str:
@@ -189,10 +206,22 @@ class S3Server:
         ]
 
     def start(self, timeout_s: float = 60.0, environment: Mapping[str, str] | None = None) -> S3Server:
-        """Start the server (``environment`` added to this process's for it) and wait for its bucket."""
+        """Start the server (``environment`` added to this process's for it) and wait for its
+        bucket. A port found free can be taken by another process before the server binds
+        it: then the server starts again on ports chosen anew, a few times."""
+        for _ in range(START_ATTEMPTS - 1):
+            try:
+                return self._start_once(timeout_s, environment)
+            except PortTakenError:
+                self._choose_ports()
+        return self._start_once(timeout_s, environment)
+
+    def _start_once(self, timeout_s: float, environment: Mapping[str, str] | None) -> S3Server:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / "data").mkdir(exist_ok=True)
-        log = open(self.folder / "server.log", "ab")  # noqa: SIM115 - owned by the process
+        log_path = self.folder / "server.log"
+        logged_before = log_path.stat().st_size if log_path.exists() else 0
+        log = open(log_path, "ab")  # noqa: SIM115 - owned by the process
         self.process = subprocess.Popen(
             self._command(),
             env={**os.environ, **(environment or {})},
@@ -203,9 +232,11 @@ class S3Server:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"SeaweedFS exited with {self.process.returncode}; see {self.folder}/server.log"
-                )
+                with log_path.open("rb") as logged:
+                    logged.seek(logged_before)
+                    if PORT_TAKEN in logged.read():
+                        raise PortTakenError(f"a port of SeaweedFS was taken; see {log_path}")
+                raise RuntimeError(f"SeaweedFS exited with {self.process.returncode}; see {log_path}")
             if self._bucket_ready():
                 return self
             time.sleep(0.2)

@@ -4,6 +4,7 @@ there and committed to through Tidemark's log store."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from spark_jobs.jobs.replay import replay
 from spark_jobs.lakehouse.create import create_missing
 from spark_jobs.lakehouse.files import subfolder_sizes, visible_files
 from spark_jobs.lakehouse.reachable import require_reachable
+from spark_jobs.object_store import PORT_TAKEN, S3Server
 from spark_jobs.servers import free_port
 from spark_jobs.tables import TableRegistry
 from tests.integration.conftest import PIPELINES, assert_bronze_reconciles, write_pipeline
@@ -234,3 +236,18 @@ def test_a_replay_and_a_late_merge_on_object_storage_reconcile_and_equal_a_batch
     # The landing zone is on the store too: nothing of the lakehouse on this machine's disk.
     assert objects_under(s3_server, f"{root.removeprefix('s3a://')}/_replay")
     assert not Path("s3a:").exists()
+
+
+def test_a_server_whose_chosen_port_another_process_took_meanwhile_starts_on_new_ones(tmp_path):
+    server = S3Server(tmp_path / "s3")
+    taken_port = server.ports["master"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", taken_port))
+        taken.listen()
+        server.start()
+    try:
+        assert server.ports["master"] != taken_port
+        assert PORT_TAKEN in (tmp_path / "s3" / "server.log").read_bytes()
+        assert server.filesystem().get_file_info(server.bucket).type == fs.FileType.Directory
+    finally:
+        server.stop()
